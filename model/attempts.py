@@ -1,0 +1,137 @@
+"""Task attempt admission builder and worker-path helpers (task-attempts.md §3–§7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ids
+from . import tables as T
+from .records import (
+    TASK_RECEIPT_KEYS,
+    Failer,
+    Record,
+    binding_plan_problem,
+    exact_keys,
+    is_object,
+    make_event,
+    normalize_binding,
+    normalize_plan,
+    normalize_step_run,
+    task_receipt_digest,
+)
+from .values import INT31_MAX, is_int, is_int_in, is_timestamp
+
+ADMISSION_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "input_invalid")
+ADMISSION_INPUT_KEYS = ("plan", "run", "stepRun", "binding", "attemptNumber", "admittedAtMs")
+SYSTEM_ACTOR: Record = {"type": "system"}
+
+
+def _check_admission_run(run: Any, plan: Record) -> None:
+    fail = ADMISSION_FAIL
+    fail.check(is_object(run), "run must be an object")
+    t = plan["target"]
+    for key, value in (
+        ("id", plan["runId"]), ("projectId", t["projectId"]), ("taskId", t["workflowId"]),
+        ("taskRevision", t["publicationDigest"]), ("triggerType", T.TRIGGER_TYPE),
+        ("executionOrigin", T.EXECUTION_ORIGIN), ("executionOwner", T.EXECUTION_OWNER),
+        ("requestId", plan["planId"]), ("idempotencyKey", f"plugin-package-workflow:{plan['planId']}"),
+        ("status", "running"),
+    ):
+        fail.check(run.get(key) == value and type(run.get(key)) is str, f"run {key} does not match the plan")
+    fail.check("cancelRequestedAtMs" not in run, "run has cancel intent")
+    v = run.get("version")
+    fail.check(is_int(v) and v >= 1 and v == run.get("eventSequence") and is_int(run.get("eventSequence"))
+               and v < INT31_MAX, "run counters invalid")
+
+
+def build_task_attempt_admission(inp: Any) -> Record:
+    """task-attempts.md §3: receipt, attempt, event and the updated Run for one ready epoch."""
+    fail = ADMISSION_FAIL
+    exact_keys(inp, ADMISSION_INPUT_KEYS, (), fail, "task attempt admission input")
+    try:
+        plan = normalize_plan(inp["plan"])
+        step_run = normalize_step_run(inp["stepRun"])
+    except Exception as e:
+        fail(f"durable Workflow evidence is invalid: {e}")
+    binding = normalize_binding(inp["binding"], fail)
+    run = inp["run"]
+    _check_admission_run(run, plan)
+    step = next((s for s in plan["steps"] if s["stepRunId"] == step_run["id"]), None)
+    fail.check(step is not None, "StepRun is not a plan step")
+    assert step is not None
+    fail.check(step_run["runId"] == plan["runId"] and step_run["stepKey"] == step["stepKey"]
+               and step_run["definitionRef"] == step["taskDefinitionRef"]
+               and step_run["definitionDigest"] == step["taskDefinitionDigest"] and step_run["required"] is True,
+               "StepRun does not agree with its plan step")
+    fail.check(step_run["kind"] == "task", "StepRun kind must be task")
+    fail.check(step_run["status"] == "ready", "StepRun is not ready")
+    fail.check(step_run["attemptCount"] < T.MAX_STEP_RUN_ATTEMPTS, "StepRun attempts exhausted")
+    problem = binding_plan_problem(binding, plan, step)
+    if problem:
+        fail(f"binding disagrees with the plan step: {problem}")
+    at = inp["admittedAtMs"]
+    fail.check(is_timestamp(at) and at >= plan["plannedAtMs"] and at >= step_run["updatedAtMs"],
+               "admittedAtMs invalid or precedes the plan or the StepRun")
+    n = inp["attemptNumber"]
+    fail.check(is_int_in(n, 1, T.MAX_RUN_ATTEMPTS), "attemptNumber must be 1..8192")
+
+    attempt_id, event_id = ids.task_attempt_ids(plan["planDigest"], step_run["id"], step_run["version"])
+    new_version = run["version"] + 1
+    receipt: Record = {
+        "schema": T.SCHEMA_TASK_RECEIPT, "attemptId": attempt_id, "planDigest": plan["planDigest"],
+        "runId": plan["runId"], "stepRunId": step_run["id"], "stepRunVersion": step_run["version"],
+        "stepRunDigest": step_run["stepRunDigest"], **binding, "attemptNumber": n, "eventId": event_id,
+        "runVersion": new_version, "runEventSequence": new_version, "admittedAtMs": at,
+    }
+    receipt["receiptDigest"] = task_receipt_digest(receipt)
+    assert tuple(receipt) == TASK_RECEIPT_KEYS
+    attempt = {"id": attempt_id, "runId": plan["runId"], "stepRunId": step_run["id"], "attempt": n,
+               "status": "claimed", "executorType": binding["executorType"], "callbackSequence": 0,
+               "createdAtMs": at}
+    event = make_event(
+        event_id=event_id, run_id=plan["runId"], sequence=new_version, type_="workflow.task_attempt_admitted",
+        actor=SYSTEM_ACTOR, attempt_id=attempt_id, step_run_id=step_run["id"], created_at_ms=at,
+        payload={"planDigest": plan["planDigest"], "stepRunId": step_run["id"],
+                 "stepRunVersion": step_run["version"], "resourceTaskId": binding["resourceTaskId"],
+                 "taskId": binding["taskId"], "taskRevision": binding["taskRevision"],
+                 "executorType": binding["executorType"], "executionDigest": binding["executionDigest"],
+                 "attemptNumber": n},
+    )
+    new_run = dict(run)
+    new_run["version"] = new_version
+    new_run["eventSequence"] = new_version
+    return {"receipt": receipt, "attempt": attempt, "event": event, "run": new_run}
+
+
+def lease_is_live(lease: Record | None, now: int) -> bool:
+    return lease is not None and lease["status"] == "leased" and lease["expiresAtMs"] > now
+
+
+def lease_is_expired(lease: Record | None, now: int) -> bool:
+    return lease is not None and lease["status"] == "leased" and lease["expiresAtMs"] <= now
+
+
+def fence_problem(lease: Record | None, worker_id: str, generation: int, now: int) -> str | None:
+    """FENCE (commands.md §2.4): the first failing reason, or None."""
+    if lease is None:
+        return "lease_missing"
+    if lease["status"] != "leased":
+        return "not_leased"
+    if lease["workerId"] != worker_id:
+        return "worker_mismatch"
+    if lease["leaseGeneration"] != generation:
+        return "lease_generation_mismatch"
+    if lease["expiresAtMs"] <= now:
+        return "lease_expired"
+    return None
+
+
+def completion_status(command: str, run: Record, attempt: Record, now: int,
+                      exit_code: int | None) -> T.CompletionRule:
+    """task-attempts.md §7 read from the COMPLETION_RULES table."""
+    intent = "cancelRequestedAtMs" in run
+    deadline = attempt.get("deadlineAtMs")
+    return T.completion_rule(
+        command, intent, intent and run.get("cancelReason") == "timeout",
+        deadline is not None and deadline <= now, exit_code == 0,
+    )

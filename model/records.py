@@ -1,0 +1,644 @@
+"""Exact-key normalizers of the ql3 records (records.md §4, §6).
+
+Every normalizer requires a JSON object with the exact key set, checks each value in table order,
+checks the record invariants, recomputes the digest (if any) and returns a NEW dict in canonical
+key order. Failures raise the normalizer's typed Invalid error.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import networkx as nx
+
+from . import tables as T
+from .canonical import canonical_json, json_digest
+from .errors import Invalid
+from .values import (
+    INT31_MAX,
+    is_array,
+    is_bool,
+    is_bounded_string,
+    is_digest,
+    is_identifier,
+    is_int,
+    is_int31,
+    is_int_in,
+    is_object,
+    is_package_name,
+    is_portable_id,
+    is_reference_text,
+    is_resource_id,
+    is_result_code,
+    is_runtime_task_id,
+    is_str,
+    is_summary_text,
+    is_timestamp,
+    task_revision_digest,
+)
+
+Record = dict[str, Any]
+
+
+class Failer:
+    """Raises the normalizer's Invalid error; keeps call sites one short line each."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+
+    def __call__(self, message: str) -> NoReturn:
+        raise Invalid(self.code, self.reason, message)
+
+    def check(self, ok: bool, message: str) -> None:
+        if not ok:
+            self(message)
+
+
+PLAN_FAIL = Failer(T.FAMILIES["plan"].invalid or "", "plan_invalid")
+STEP_FAIL = Failer(T.FAMILIES["step_run"].invalid or "", "step_run_invalid")
+ADMISSION_RECEIPT_FAIL = Failer(T.FAMILIES["admission_receipt"].invalid or "", "receipt_invalid")
+TASK_RECEIPT_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "receipt_invalid")
+BINDING_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "argument_invalid")
+
+
+def exact_keys(x: Any, required: tuple[str, ...], optional: tuple[str, ...], fail: Failer, what: str) -> None:
+    fail.check(is_object(x), f"{what} must be an object")
+    keys = set(x)
+    missing = [k for k in required if k not in keys]
+    extra = sorted(keys - set(required) - set(optional))
+    if missing or extra:
+        fail(f"{what} keys mismatch (missing {missing}, unexpected {extra})")
+
+
+def canonical(x: Record, order: tuple[str, ...]) -> Record:
+    """A new dict with the present keys of `order`, in that order."""
+    return {k: x[k] for k in order if k in x}
+
+
+# --------------------------------------------------------------------------------------------------
+# ExecutionPlan (records.md §6.1)
+PLAN_KEYS = ("schema", "planId", "runId", "target", "steps", "plannedAtMs", "planDigest")
+TARGET_KEYS = (
+    "projectId", "packageName", "installationId", "lockDigest", "generation", "generationDigest",
+    "materializedRevisionDigest", "publicationDigest", "workflowId", "workflowDefinitionDigest",
+)
+PLAN_STEP_KEYS = (
+    "stepRunId", "stepKey", "taskId", "taskDefinitionRef", "taskDefinitionDigest", "needs",
+    "initialStatus", "required",
+)
+_TARGET_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("projectId", is_identifier),
+    ("packageName", is_package_name),
+    ("installationId", is_identifier),
+    ("lockDigest", is_digest),
+    ("generation", lambda v: is_int_in(v, 1, INT31_MAX)),
+    ("generationDigest", is_digest),
+    ("materializedRevisionDigest", is_digest),
+    ("publicationDigest", is_digest),
+    ("workflowId", is_resource_id),
+    ("workflowDefinitionDigest", is_digest),
+)
+
+
+def task_definition_ref(materialized_revision_digest: str, task_id: str) -> str:
+    return f"plugin-package:{materialized_revision_digest}:task:{task_id}"
+
+
+def plan_digest(unsigned_plan: Record) -> str:
+    return json_digest(T.DOMAIN_PLAN, unsigned_plan)
+
+
+def dependency_graph(steps: list[Record]) -> nx.DiGraph:
+    """need → dependent edges over step keys."""
+    g = nx.DiGraph()
+    g.add_nodes_from(s["stepKey"] for s in steps)
+    g.add_edges_from((need, s["stepKey"]) for s in steps for need in s["needs"])
+    return g
+
+
+def normalize_plan(x: Any) -> Record:
+    fail = PLAN_FAIL
+    exact_keys(x, PLAN_KEYS, (), fail, "plan")
+    fail.check(x["schema"] == T.SCHEMA_PLAN, "plan schema mismatch")
+    target = x["target"]
+    exact_keys(target, TARGET_KEYS, (), fail, "plan target")
+    for key, rule in _TARGET_RULES:
+        fail.check(rule(target[key]), f"plan target {key} is invalid")
+    target = canonical(target, TARGET_KEYS)
+    steps_in = x["steps"]
+    fail.check(is_array(steps_in) and 1 <= len(steps_in) <= T.MAX_WORKFLOW_STEPS,
+               "plan steps must be an array of 1..128 steps")
+    steps: list[Record] = []
+    for i, step in enumerate(steps_in):
+        where = f"plan step {i}"
+        exact_keys(step, PLAN_STEP_KEYS, (), fail, where)
+        fail.check(step["initialStatus"] in ("ready", "pending") and step["required"] is True,
+                   f"{where} initialStatus/required invalid")
+        key = step["stepKey"]
+        fail.check(is_resource_id(key), f"{where} stepKey invalid")
+        fail.check(is_resource_id(step["taskId"]), f"{where} taskId invalid")
+        needs = step["needs"]
+        fail.check(is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS, f"{where} needs must be an array")
+        for j, need in enumerate(needs):
+            fail.check(is_resource_id(need), f"{where} need {j} invalid")
+            fail.check(need != key, f"{where} needs itself")
+            fail.check(j == 0 or needs[j - 1] < need, f"{where} needs not strictly ascending")
+        fail.check((step["initialStatus"] == "ready") == (not needs),
+                   f"{where} initialStatus must be ready iff needs is empty")
+        fail.check(step["taskDefinitionRef"] == task_definition_ref(target["materializedRevisionDigest"],
+                                                                     step["taskId"]),
+                   f"{where} taskDefinitionRef mismatch")
+        fail.check(is_identifier(step["stepRunId"]), f"{where} stepRunId invalid")
+        fail.check(is_digest(step["taskDefinitionDigest"]), f"{where} taskDefinitionDigest invalid")
+        steps.append({**canonical(step, PLAN_STEP_KEYS), "needs": list(needs)})
+    steps.sort(key=lambda s: s["stepKey"])
+    for a, b in itertools.pairwise(steps):
+        fail.check(a["stepKey"] != b["stepKey"], f"duplicate stepKey {a['stepKey']}")
+    fail.check(len({s["stepRunId"] for s in steps}) == len(steps), "duplicate stepRunId")
+    keys = {s["stepKey"] for s in steps}
+    for s in steps:
+        for need in s["needs"]:
+            fail.check(need in keys, f"step {s['stepKey']} needs unknown step {need}")
+    fail.check(nx.is_directed_acyclic_graph(dependency_graph(steps)), "dependency graph is cyclic")
+    fail.check(is_identifier(x["planId"]), "planId invalid")
+    fail.check(is_portable_id(x["runId"]), "runId invalid")
+    fail.check(is_timestamp(x["plannedAtMs"]), "plannedAtMs invalid")
+    unsigned = {"schema": T.SCHEMA_PLAN, "planId": x["planId"], "runId": x["runId"], "target": target,
+                "steps": steps, "plannedAtMs": x["plannedAtMs"]}
+    fail.check(is_digest(x["planDigest"]), "planDigest invalid")
+    fail.check(x["planDigest"] == plan_digest(unsigned), "planDigest mismatch")
+    plan = {**unsigned, "planDigest": x["planDigest"]}
+    fail.check(len(canonical_json(plan)) <= T.MAX_PLAN_BYTES, "plan exceeds 262144 bytes")
+    return plan
+
+
+def sign_plan(unsigned: Record) -> Record:
+    """Attach the planDigest to an unsigned plan (steps sorted first) and normalize it."""
+    steps = sorted(unsigned["steps"], key=lambda s: s["stepKey"])
+    body = {**canonical(unsigned, PLAN_KEYS[:-1]), "steps": steps}
+    return normalize_plan({**body, "planDigest": plan_digest(body)})
+
+
+def plan_step_by_run_id(plan: Record) -> dict[str, Record]:
+    return {s["stepRunId"]: s for s in plan["steps"]}
+
+
+# --------------------------------------------------------------------------------------------------
+# StepRun (records.md §6.3)
+STEP_RUN_KEYS = (
+    "schema", "id", "runId", "parentStepRunId", "stepKey", "kind", "definitionRef", "definitionDigest",
+    "required", "status", "version", "attemptCount", "inputRef", "outputRef", "approvalRequestId",
+    "readyAtMs", "startedAtMs", "finishedAtMs", "resultCode", "errorSummary", "createdAtMs",
+    "updatedAtMs", "lastMutationId", "stepRunDigest",
+)
+
+
+def _nullable(rule: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or rule(v)
+
+
+_STEP_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("schema", lambda v: v == T.SCHEMA_STEP_RUN),
+    ("id", is_identifier),
+    ("runId", is_identifier),
+    ("parentStepRunId", _nullable(is_identifier)),
+    ("stepKey", is_identifier),
+    ("kind", lambda v: v in T.STEP_KINDS),
+    ("definitionRef", is_reference_text),
+    ("definitionDigest", is_digest),
+    ("required", is_bool),
+    ("status", lambda v: v in T.STEP_STATUSES),
+    ("version", lambda v: is_int_in(v, 1, INT31_MAX)),
+    ("attemptCount", lambda v: is_int_in(v, 0, T.MAX_STEP_RUN_ATTEMPTS)),
+    ("inputRef", _nullable(is_reference_text)),
+    ("outputRef", _nullable(is_reference_text)),
+    ("approvalRequestId", _nullable(is_identifier)),
+    ("readyAtMs", _nullable(is_timestamp)),
+    ("startedAtMs", _nullable(is_timestamp)),
+    ("finishedAtMs", _nullable(is_timestamp)),
+    ("resultCode", _nullable(is_result_code)),
+    ("errorSummary", _nullable(is_summary_text)),
+    ("createdAtMs", is_timestamp),
+    ("updatedAtMs", is_timestamp),
+    ("lastMutationId", is_identifier),
+    ("stepRunDigest", is_digest),
+)
+
+_STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
+    "pending": (False, False, False),
+    "ready": (True, False, False),
+    "waiting_approval": (True, False, False),
+    "running": (True, True, False),
+    "lost": (True, True, False),
+    **{s: (None, None, True) for s in T.TERMINAL_STEP},
+}
+
+
+def step_run_digest(step_run: Record) -> str:
+    return json_digest(T.DOMAIN_STEP_RUN, {k: step_run[k] for k in STEP_RUN_KEYS[:-1]})
+
+
+def step_run_invariant_violation(s: Record) -> str | None:
+    """The first record invariant of records.md §6.3 that `s` (type-checked) violates, or None."""
+    created, updated = s["createdAtMs"], s["updatedAtMs"]
+    ready, started, finished = s["readyAtMs"], s["startedAtMs"], s["finishedAtMs"]
+    if updated < created:
+        return "updatedAtMs precedes createdAtMs"
+    if ready is not None and not created <= ready <= updated:
+        return "readyAtMs outside [createdAtMs, updatedAtMs]"
+    if started is not None and (ready is None or not ready <= started <= updated):
+        return "startedAtMs requires readyAtMs and lies within [readyAtMs, updatedAtMs]"
+    if finished is not None and (
+        not created <= finished <= updated
+        or (ready is not None and finished < ready)
+        or (started is not None and finished < started)
+    ):
+        return "finishedAtMs out of order"
+    status = s["status"]
+    for name, want, value in zip(("readyAtMs", "startedAtMs", "finishedAtMs"), _STEP_TIMESTAMP_SHAPE[status],
+                                 (ready, started, finished), strict=True):
+        if want is not None and want != (value is not None):
+            return f"{status} StepRun must {'' if want else 'not '}have {name}"
+    if status == "waiting_approval" and s["approvalRequestId"] is None:
+        return "waiting_approval requires approvalRequestId"
+    if s["outputRef"] is not None and status != "succeeded":
+        return "outputRef is allowed only when succeeded"
+    if status in T.STEP_RESULT_CODE_REQUIRED and s["resultCode"] is None:
+        return f"{status} requires resultCode"
+    if status in ("succeeded", "pending", "ready", "waiting_approval", "running") and (
+        s["resultCode"] is not None or s["errorSummary"] is not None
+    ):
+        return f"{status} must not carry resultCode or errorSummary"
+    if s["parentStepRunId"] is not None and s["parentStepRunId"] == s["id"]:
+        return "parentStepRunId equals id"
+    if s["attemptCount"] == 0 and started is not None:
+        return "attemptCount 0 with startedAtMs"
+    if s["attemptCount"] > 0 and status in ("pending", "ready") and started is not None:
+        return "pending/ready StepRun with attempts must not have startedAtMs"
+    return None
+
+
+def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
+    exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
+    for key, rule in _STEP_RULES:
+        fail.check(rule(x[key]), f"StepRun {key} is invalid")
+    s = canonical(x, STEP_RUN_KEYS)
+    problem = step_run_invariant_violation(s)
+    if problem:
+        fail(f"StepRun {s['id']}: {problem}")
+    fail.check(step_run_digest(s) == s["stepRunDigest"], f"StepRun {s['id']} digest mismatch")
+    fail.check(len(canonical_json(s)) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
+    return s
+
+
+def seal_step_run(s: Record) -> Record:
+    """Recompute stepRunDigest of a StepRun built by the model, in canonical order."""
+    body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
+    return {**body, "stepRunDigest": step_run_digest(body)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Workflow admission receipt (records.md §6.9)
+ADMISSION_RECEIPT_KEYS = (
+    "schema", "planId", "planDigest", "runId", "publicationDigest", "workflowId", "steps",
+    "finalRunVersion", "finalRunEventSequence", "admittedAtMs", "receiptDigest",
+)
+ADMISSION_RECEIPT_STEP_KEYS = ("stepKey", "stepRunId", "stepRunDigest", "mutationId", "eventId")
+
+
+def admission_receipt_digest(receipt: Record) -> str:
+    return json_digest(T.DOMAIN_ADMISSION_RECEIPT, {k: receipt[k] for k in ADMISSION_RECEIPT_KEYS[:-1]})
+
+
+def normalize_admission_receipt(x: Any, fail: Failer = ADMISSION_RECEIPT_FAIL) -> Record:
+    exact_keys(x, ADMISSION_RECEIPT_KEYS, (), fail, "admission receipt")
+    fail.check(x["schema"] == T.SCHEMA_ADMISSION_RECEIPT, "admission receipt schema mismatch")
+    fail.check(is_identifier(x["planId"]), "planId invalid")
+    fail.check(is_digest(x["planDigest"]), "planDigest invalid")
+    fail.check(is_portable_id(x["runId"]), "runId invalid")
+    fail.check(is_digest(x["publicationDigest"]), "publicationDigest invalid")
+    fail.check(is_resource_id(x["workflowId"]), "workflowId invalid")
+    steps_in = x["steps"]
+    fail.check(is_array(steps_in) and 1 <= len(steps_in) <= T.MAX_WORKFLOW_STEPS, "steps must be 1..128 entries")
+    steps = []
+    for i, e in enumerate(steps_in):
+        exact_keys(e, ADMISSION_RECEIPT_STEP_KEYS, (), fail, f"receipt step {i}")
+        fail.check(is_resource_id(e["stepKey"]) and is_identifier(e["stepRunId"]) and is_digest(e["stepRunDigest"])
+                   and is_identifier(e["mutationId"]) and is_portable_id(e["eventId"]),
+                   f"receipt step {i} invalid")
+        steps.append(canonical(e, ADMISSION_RECEIPT_STEP_KEYS))
+    steps.sort(key=lambda e: e["stepKey"])
+    for field in ADMISSION_RECEIPT_STEP_KEYS:
+        if field != "stepRunDigest":
+            fail.check(len({e[field] for e in steps}) == len(steps), f"receipt steps repeat a {field}")
+    n = len(steps) + 1
+    fail.check(is_int(x["finalRunVersion"]) and x["finalRunVersion"] == n, "finalRunVersion must be steps + 1")
+    fail.check(is_int(x["finalRunEventSequence"]) and x["finalRunEventSequence"] == n,
+               "finalRunEventSequence must be steps + 1")
+    fail.check(is_timestamp(x["admittedAtMs"]), "admittedAtMs invalid")
+    r = {**canonical(x, ADMISSION_RECEIPT_KEYS), "steps": steps}
+    fail.check(is_digest(x["receiptDigest"]) and admission_receipt_digest(r) == x["receiptDigest"],
+               "receiptDigest mismatch")
+    fail.check(len(canonical_json(r)) <= T.MAX_ADMISSION_RECEIPT_BYTES, "receipt exceeds 262144 bytes")
+    return r
+
+
+# --------------------------------------------------------------------------------------------------
+# Execution binding and task attempt receipt (records.md §6.10)
+BINDING_KEYS = (
+    "resourceTaskId", "taskReconciliationReceiptDigest", "taskId", "taskRevision", "taskDefinitionDigest",
+    "executorType", "executionDigest",
+)
+TASK_RECEIPT_KEYS = (
+    "schema", "attemptId", "planDigest", "runId", "stepRunId", "stepRunVersion", "stepRunDigest",
+    *BINDING_KEYS, "attemptNumber", "eventId", "runVersion", "runEventSequence", "admittedAtMs",
+    "receiptDigest",
+)
+
+
+def _binding_shape_problem(x: Record) -> str | None:
+    if not is_resource_id(x["resourceTaskId"]):
+        return "resourceTaskId invalid"
+    if not is_digest(x["taskReconciliationReceiptDigest"]):
+        return "taskReconciliationReceiptDigest invalid"
+    if not is_runtime_task_id(x["taskId"]):
+        return "taskId invalid"
+    if not is_digest(x["taskDefinitionDigest"]):
+        return "taskDefinitionDigest invalid"
+    suffix = task_revision_digest(x["taskRevision"])
+    if suffix is None or suffix != x["taskDefinitionDigest"]:
+        return "taskRevision invalid or its digest differs from taskDefinitionDigest"
+    if x["executorType"] not in T.EXECUTOR_TYPES:
+        return "executorType invalid"
+    if not is_digest(x["executionDigest"]):
+        return "executionDigest invalid"
+    return None
+
+
+def normalize_binding(x: Any, fail: Failer = BINDING_FAIL) -> Record:
+    exact_keys(x, BINDING_KEYS, (), fail, "execution binding")
+    problem = _binding_shape_problem(x)
+    if problem:
+        fail(f"execution binding {problem}")
+    return canonical(x, BINDING_KEYS)
+
+
+def binding_plan_problem(binding: Record, plan: Record, step: Record) -> str | None:
+    """Agreement of a binding with its plan step (records.md §6.10), or the disagreement."""
+    if binding["resourceTaskId"] != step["taskId"]:
+        return "resourceTaskId differs from the plan step taskId"
+    if binding["taskId"] != f"pkg:{plan['target']['packageName']}:{step['taskId']}":
+        return "taskId differs from pkg:<packageName>:<taskId>"
+    if task_revision_digest(binding["taskRevision"]) != binding["taskDefinitionDigest"]:
+        return "taskRevision digest differs from taskDefinitionDigest"
+    return None
+
+
+def task_receipt_digest(receipt: Record) -> str:
+    return json_digest(T.DOMAIN_TASK_RECEIPT, {k: receipt[k] for k in TASK_RECEIPT_KEYS[:-1]})
+
+
+def normalize_task_receipt(x: Any, fail: Failer = TASK_RECEIPT_FAIL) -> Record:
+    exact_keys(x, TASK_RECEIPT_KEYS, (), fail, "task attempt receipt")
+    fail.check(x["schema"] == T.SCHEMA_TASK_RECEIPT, "task attempt receipt schema mismatch")
+    fail.check(is_portable_id(x["attemptId"]), "attemptId invalid")
+    fail.check(is_digest(x["planDigest"]), "planDigest invalid")
+    fail.check(is_portable_id(x["runId"]), "runId invalid")
+    fail.check(is_identifier(x["stepRunId"]), "stepRunId invalid")
+    fail.check(is_int_in(x["stepRunVersion"], 1, INT31_MAX), "stepRunVersion invalid")
+    fail.check(is_digest(x["stepRunDigest"]), "stepRunDigest invalid")
+    problem = _binding_shape_problem(x)
+    if problem:
+        fail(f"task attempt receipt {problem}")
+    fail.check(is_int_in(x["attemptNumber"], 1, T.MAX_RUN_ATTEMPTS), "attemptNumber invalid")
+    fail.check(is_portable_id(x["eventId"]), "eventId invalid")
+    fail.check(is_int_in(x["runVersion"], 1, INT31_MAX), "runVersion invalid")
+    fail.check(x["runEventSequence"] == x["runVersion"] and is_int(x["runEventSequence"]),
+               "runEventSequence must equal runVersion")
+    fail.check(is_timestamp(x["admittedAtMs"]), "admittedAtMs invalid")
+    r = canonical(x, TASK_RECEIPT_KEYS)
+    fail.check(is_digest(x["receiptDigest"]) and task_receipt_digest(r) == x["receiptDigest"],
+               "receiptDigest mismatch")
+    fail.check(len(canonical_json(r)) <= T.MAX_TASK_RECEIPT_BYTES, "receipt exceeds 16384 bytes")
+    return r
+
+
+# --------------------------------------------------------------------------------------------------
+# Run (records.md §6.2), RunAttempt (§6.7), DispatchLease (§6.8), RunEvent (§6.4)
+RUN_KEYS = (
+    "id", "projectId", "taskId", "taskRevision", "taskSnapshotRef", "triggerType", "executionOrigin",
+    "executionOwner", "requestId", "status", "version", "eventSequence", "priority", "idempotencyKey",
+    "createdAtMs", "startedAtMs", "cancelRequestedAtMs", "cancelReason", "finishedAtMs", "errorCode",
+    "errorSummary",
+)
+RUN_REQUIRED_KEYS = RUN_KEYS[:16]
+RUN_OPTIONAL_KEYS = RUN_KEYS[16:]
+_RUN_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("id", is_portable_id),
+    ("projectId", is_identifier),
+    ("taskId", is_resource_id),
+    ("taskRevision", is_digest),
+    ("taskSnapshotRef", is_reference_text),
+    ("triggerType", lambda v: v == T.TRIGGER_TYPE),
+    ("executionOrigin", lambda v: v == T.EXECUTION_ORIGIN),
+    ("executionOwner", lambda v: v == T.EXECUTION_OWNER),
+    ("requestId", is_identifier),
+    ("status", lambda v: v in T.RUN_STATUSES),
+    ("version", is_int31),
+    ("eventSequence", is_int31),
+    ("priority", is_int),
+    ("idempotencyKey", lambda v: is_str(v) and 1 <= len(v) <= 255),
+    ("createdAtMs", is_timestamp),
+    ("startedAtMs", is_timestamp),
+    ("cancelRequestedAtMs", is_timestamp),
+    ("cancelReason", lambda v: v in T.CANCEL_REASONS),
+    ("finishedAtMs", is_timestamp),
+    ("errorCode", lambda v: is_bounded_string(v, 128) and v != ""),
+    ("errorSummary", lambda v: is_bounded_string(v, 1024) and v != ""),
+)
+
+
+def normalize_run(x: Any, fail: Failer) -> Record:
+    """A v1 workflow aggregate Run: types of every key, intent keys paired, terminal shape."""
+    exact_keys(x, RUN_REQUIRED_KEYS, RUN_OPTIONAL_KEYS, fail, "Run")
+    for key, rule in _RUN_RULES:
+        if key in x:
+            fail.check(rule(x[key]), f"Run {key} is invalid")
+    fail.check(("cancelRequestedAtMs" in x) == ("cancelReason" in x), "Run intent keys must be paired")
+    fail.check(("finishedAtMs" in x) == (x["status"] in T.TERMINAL_RUN),
+               "Run finishedAtMs must be present iff terminal")
+    if x["status"] == "running":
+        fail.check("errorCode" not in x and "errorSummary" not in x, "running Run carries an error")
+    return canonical(x, RUN_KEYS)
+
+
+ATTEMPT_KEYS = (
+    "id", "runId", "stepRunId", "attempt", "status", "executorType", "workerId", "leaseGeneration",
+    "leaseVersion", "leaseExpiresAtMs", "deadlineAtMs", "callbackSequence", "createdAtMs", "startedAtMs",
+    "finishedAtMs", "exitCode", "errorCode", "errorSummary",
+)
+ATTEMPT_REQUIRED_KEYS = ("id", "runId", "stepRunId", "attempt", "status", "executorType", "callbackSequence",
+                         "createdAtMs")
+ATTEMPT_LEASE_KEYS = ("workerId", "leaseGeneration", "leaseVersion", "leaseExpiresAtMs")
+_ATTEMPT_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("id", is_portable_id),
+    ("runId", is_portable_id),
+    ("stepRunId", is_identifier),
+    ("attempt", lambda v: is_int_in(v, 1, T.MAX_RUN_ATTEMPTS)),
+    ("status", lambda v: v in T.ATTEMPT_STATUSES),
+    ("executorType", lambda v: v in T.EXECUTOR_TYPES),
+    ("workerId", is_identifier),
+    ("leaseGeneration", lambda v: is_int_in(v, 1, INT31_MAX)),
+    ("leaseVersion", is_int31),
+    ("leaseExpiresAtMs", is_timestamp),
+    ("deadlineAtMs", is_timestamp),
+    ("callbackSequence", is_int31),
+    ("createdAtMs", is_timestamp),
+    ("startedAtMs", is_timestamp),
+    ("finishedAtMs", is_timestamp),
+    ("exitCode", lambda v: is_int_in(v, -2147483648, 2147483647)),
+    ("errorCode", lambda v: is_bounded_string(v, 128) and v != ""),
+    ("errorSummary", lambda v: is_bounded_string(v, 1024) and v != ""),
+)
+
+
+def attempt_problem(x: Any) -> str | None:
+    """Type and shape problems of a RunAttempt (model subset), or None."""
+    if not is_object(x):
+        return "attempt must be an object"
+    optional = tuple(k for k in ATTEMPT_KEYS if k not in ATTEMPT_REQUIRED_KEYS)
+    if any(k not in x for k in ATTEMPT_REQUIRED_KEYS) or set(x) - set(ATTEMPT_KEYS):
+        return "attempt keys mismatch"
+    del optional
+    for key, rule in _ATTEMPT_RULES:
+        if key in x and not rule(x[key]):
+            return f"attempt {key} is invalid"
+    present = [k in x for k in ATTEMPT_LEASE_KEYS]
+    if any(present) and not all(present):
+        return "attempt lease keys must be all present or all absent"
+    return None
+
+
+def normalize_attempt(x: Any, fail: Failer) -> Record:
+    problem = attempt_problem(x)
+    if problem:
+        fail(problem)
+    return canonical(x, ATTEMPT_KEYS)
+
+
+LEASE_KEYS = (
+    "attemptId", "runId", "status", "version", "leaseGeneration", "workerId", "acquiredAtMs", "renewedAtMs",
+    "expiresAtMs", "releasedAtMs", "releaseReason", "completedAtMs", "updatedAtMs",
+)
+LEASE_OPTIONAL_KEYS = ("releasedAtMs", "releaseReason", "completedAtMs")
+_LEASE_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("attemptId", is_portable_id),
+    ("runId", is_portable_id),
+    ("status", lambda v: v in T.LEASE_STATUSES),
+    ("version", is_int31),
+    ("leaseGeneration", lambda v: is_int_in(v, 1, INT31_MAX)),
+    ("workerId", is_identifier),
+    ("acquiredAtMs", is_timestamp),
+    ("renewedAtMs", is_timestamp),
+    ("expiresAtMs", is_timestamp),
+    ("releasedAtMs", is_timestamp),
+    ("releaseReason", lambda v: v in T.RELEASE_REASONS),
+    ("completedAtMs", is_timestamp),
+    ("updatedAtMs", is_timestamp),
+)
+
+
+def lease_problem(x: Any) -> str | None:
+    if not is_object(x):
+        return "lease must be an object"
+    required = tuple(k for k in LEASE_KEYS if k not in LEASE_OPTIONAL_KEYS)
+    if any(k not in x for k in required) or set(x) - set(LEASE_KEYS):
+        return "lease keys mismatch"
+    for key, rule in _LEASE_RULES:
+        if key in x and not rule(x[key]):
+            return f"lease {key} is invalid"
+    if x["renewedAtMs"] < x["acquiredAtMs"] or x["expiresAtMs"] <= x["renewedAtMs"]:
+        return "lease times out of order"
+    if x["updatedAtMs"] < x["acquiredAtMs"]:
+        return "lease updatedAtMs precedes acquiredAtMs"
+    released = "releasedAtMs" in x or "releaseReason" in x
+    completed = "completedAtMs" in x
+    if x["status"] == "leased" and (released or completed):
+        return "leased lease carries release or completion keys"
+    if x["status"] == "released" and not ("releasedAtMs" in x and "releaseReason" in x and not completed):
+        return "released lease shape invalid"
+    if x["status"] == "completed" and not (completed and not released):
+        return "completed lease shape invalid"
+    return None
+
+
+def normalize_lease(x: Any, fail: Failer) -> Record:
+    problem = lease_problem(x)
+    if problem:
+        fail(problem)
+    return canonical(x, LEASE_KEYS)
+
+
+EVENT_KEYS = (
+    "id", "runId", "sequence", "type", "dedupeKey", "actorType", "actorId", "attemptId", "stepRunId",
+    "payload", "createdAtMs",
+)
+
+
+def event_problem(x: Any) -> str | None:
+    if not is_object(x):
+        return "event must be an object"
+    required = ("id", "runId", "sequence", "type", "actorType", "payload", "createdAtMs")
+    if any(k not in x for k in required) or set(x) - set(EVENT_KEYS):
+        return "event keys mismatch"
+    checks = (
+        is_portable_id(x["id"]), is_portable_id(x["runId"]), is_int_in(x["sequence"], 1, INT31_MAX),
+        is_str(x["type"]) and 1 <= len(x["type"]) <= 128, x["actorType"] in T.ACTOR_TYPES,
+        is_object(x["payload"]), is_timestamp(x["createdAtMs"]),
+        "dedupeKey" not in x or (is_str(x["dedupeKey"]) and 1 <= len(x["dedupeKey"]) <= 255),
+        "actorId" not in x or is_identifier(x["actorId"]),
+        "attemptId" not in x or is_portable_id(x["attemptId"]),
+        "stepRunId" not in x or is_identifier(x["stepRunId"]),
+    )
+    if not all(checks):
+        return "event field invalid"
+    if len(canonical_json(x["payload"])) > T.MAX_EVENT_PAYLOAD_BYTES:
+        return "event payload exceeds 16384 bytes"
+    return None
+
+
+def normalize_event(x: Any, fail: Failer) -> Record:
+    problem = event_problem(x)
+    if problem:
+        fail(problem)
+    return canonical(x, EVENT_KEYS)
+
+
+def make_event(*, event_id: str, run_id: str, sequence: int, type_: str, actor: Record,
+               payload: Record, created_at_ms: int, attempt_id: str | None = None,
+               step_run_id: str | None = None) -> Record:
+    """A RunEvent in canonical order with dedupeKey = id (every v1 producer)."""
+    e: Record = {"id": event_id, "runId": run_id, "sequence": sequence, "type": type_, "dedupeKey": event_id,
+                 "actorType": actor["type"]}
+    if "id" in actor:
+        e["actorId"] = actor["id"]
+    if attempt_id is not None:
+        e["attemptId"] = attempt_id
+    if step_run_id is not None:
+        e["stepRunId"] = step_run_id
+    e["payload"] = payload
+    e["createdAtMs"] = created_at_ms
+    return e
+
+
+def actor_problem(actor: Any) -> str | None:
+    if not is_object(actor) or "type" not in actor or set(actor) - {"type", "id"}:
+        return "actor must be {type} or {type, id}"
+    if actor["type"] not in T.ACTOR_TYPES:
+        return "actor type invalid"
+    if "id" in actor and not is_identifier(actor["id"]):
+        return "actor id invalid"
+    return None

@@ -1,0 +1,263 @@
+"""StepRun transitions, mutations, ledger entries and replay resolution (state-machines.md §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import tables as T
+from .canonical import json_digest
+from .errors import Conflict
+from .records import (
+    STEP_FAIL,
+    STEP_RUN_KEYS,
+    Record,
+    actor_problem,
+    exact_keys,
+    is_object,
+    make_event,
+    normalize_step_run,
+    seal_step_run,
+)
+from .values import (
+    INT31_MAX,
+    is_digest,
+    is_identifier,
+    is_int31,
+    is_int_in,
+    is_reference_text,
+    is_result_code,
+    is_summary_text,
+    is_timestamp,
+)
+
+COMMAND_REQUIRED = ("expectedVersion", "expectedDigest", "mutationId", "to", "atMs")
+COMMAND_OPTIONAL = ("approvalRequestId", "outputRef", "resultCode", "errorSummary")
+CONTEXT_KEYS = ("expectedRunVersion", "expectedRunEventSequence", "eventId", "dedupeKey", "actor")
+MUTATION_KEYS = (
+    "schema", "mutationId", "runId", "expectedRunVersion", "expectedRunEventSequence",
+    "expectedStepRunVersion", "expectedStepRunDigest", "previousStatus", "stepRun", "event", "mutationDigest",
+)
+LEDGER_KEYS = (
+    "mutationId", "mutationDigest", "runId", "stepRunId", "stepRunDigest", "eventId", "eventSequence",
+    "runVersion", "stepRun", "committedAtMs",
+)
+IMMUTABLE_STEP_KEYS = (
+    "id", "runId", "parentStepRunId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
+    "inputRef", "createdAtMs",
+)
+_OPTIONAL_RULES = {
+    "approvalRequestId": is_identifier,
+    "outputRef": is_reference_text,
+    "resultCode": is_result_code,
+    "errorSummary": is_summary_text,
+}
+
+
+def fence_conflict(message: str) -> Conflict:
+    return Conflict(T.STEP_RUN_FENCE_CONFLICT, "fence_conflict", message)
+
+
+def state_conflict(message: str) -> Conflict:
+    return Conflict(T.STEP_RUN_STATE_CONFLICT, "state_conflict", message)
+
+
+def transition_step_run(current: Any, command: Any) -> Record:
+    """Apply one transition (state-machines.md §3.2); the first failing check wins."""
+    fail = STEP_FAIL
+    cur = normalize_step_run(current)
+    exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
+    to = command["to"]
+    fail.check(to in T.STEP_STATUSES, "transition target is not a StepRun status")
+    fail.check(is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"]),
+               "expectedVersion/expectedDigest invalid")
+    if command["expectedVersion"] != cur["version"] or command["expectedDigest"] != cur["stepRunDigest"]:
+        raise fence_conflict(f"StepRun {cur['id']} is not at the expected version/digest")
+    if to not in T.STEP_TRANSITIONS[cur["status"]]:
+        raise state_conflict(f"StepRun {cur['id']} cannot go {cur['status']} -> {to}")
+    at = command["atMs"]
+    fail.check(is_timestamp(at) and at >= cur["updatedAtMs"], "transition time precedes updatedAtMs")
+    fail.check(is_identifier(command["mutationId"]), "mutationId invalid")
+    supplied = {k: command[k] for k in COMMAND_OPTIONAL if k in command}
+    for key, value in supplied.items():
+        fail.check(_OPTIONAL_RULES[key](value), f"{key} invalid")
+    approval_ok = to == "waiting_approval" or (to == "running" and cur["status"] == "waiting_approval")
+    fail.check(to != "waiting_approval" or "approvalRequestId" in supplied, "waiting_approval requires approvalRequestId")
+    fail.check(not (to == "running" and cur["status"] == "waiting_approval")
+               or supplied.get("approvalRequestId") == cur["approvalRequestId"],
+               "running from waiting_approval requires the current approvalRequestId")
+    fail.check(approval_ok or "approvalRequestId" not in supplied, "approvalRequestId not allowed here")
+    fail.check(to == "succeeded" or "outputRef" not in supplied, "outputRef allowed only when succeeded")
+    fail.check(("resultCode" in supplied) == (to in T.STEP_RESULT_CODE_REQUIRED),
+               "resultCode required exactly for failed/skipped/cancelled/timed_out/lost")
+    fail.check(to in T.STEP_ERROR_SUMMARY_ALLOWED or "errorSummary" not in supplied,
+               "errorSummary allowed only for failed/timed_out/lost")
+    if to == "running" and cur["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
+        raise state_conflict(f"StepRun {cur['id']} has exhausted its attempts")
+    fail.check(cur["version"] < INT31_MAX, "StepRun version would overflow")
+
+    nxt = dict(cur)
+    nxt["outputRef"] = None
+    nxt["resultCode"] = None
+    nxt["errorSummary"] = None
+    if to == "ready":
+        nxt["readyAtMs"] = cur["readyAtMs"] if cur["readyAtMs"] is not None else at
+        nxt["startedAtMs"] = None
+        nxt["finishedAtMs"] = None
+        nxt["approvalRequestId"] = None
+    elif to == "waiting_approval":
+        nxt["approvalRequestId"] = supplied["approvalRequestId"]
+    elif to == "running":
+        nxt["startedAtMs"] = at
+        nxt["finishedAtMs"] = None
+        nxt["attemptCount"] = cur["attemptCount"] + 1
+        if "approvalRequestId" in supplied:
+            nxt["approvalRequestId"] = supplied["approvalRequestId"]
+    elif to == "lost":
+        nxt["resultCode"] = supplied["resultCode"]
+        nxt["errorSummary"] = supplied.get("errorSummary")
+    else:  # terminal
+        nxt["finishedAtMs"] = at
+        nxt["outputRef"] = supplied.get("outputRef")
+        nxt["resultCode"] = supplied.get("resultCode")
+        nxt["errorSummary"] = supplied.get("errorSummary")
+    nxt["status"] = to
+    nxt["version"] = cur["version"] + 1
+    nxt["updatedAtMs"] = at
+    nxt["lastMutationId"] = command["mutationId"]
+    # Self-check (§3.2): every produced record must normalize.
+    return normalize_step_run(seal_step_run(nxt))
+
+
+def _check_context(context: Any) -> Record:
+    fail = STEP_FAIL
+    exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")
+    fail.check(is_int31(context["expectedRunVersion"]) and is_int31(context["expectedRunEventSequence"]),
+               "mutation context Run counters invalid")
+    fail.check(context["expectedRunVersion"] < INT31_MAX and context["expectedRunEventSequence"] < INT31_MAX,
+               "Run counter would overflow")
+    fail.check(is_identifier(context["eventId"]) and is_identifier(context["dedupeKey"]),
+               "mutation context eventId/dedupeKey invalid")
+    problem = actor_problem(context["actor"])
+    if problem:
+        fail(f"mutation context {problem}")
+    return context
+
+
+def mutation_digest(mutation: Record) -> str:
+    return json_digest(T.DOMAIN_STEP_RUN_MUTATION, {k: mutation[k] for k in MUTATION_KEYS[:-1]})
+
+
+def mutation_event(step_run: Record, previous_status: str | None, context: Record) -> Record:
+    payload = {
+        "stepRunId": step_run["id"], "stepKey": step_run["stepKey"], "kind": step_run["kind"],
+        "from": previous_status, "to": step_run["status"], "version": step_run["version"],
+        "stepRunDigest": step_run["stepRunDigest"],
+    }
+    return make_event(
+        event_id=context["eventId"], run_id=step_run["runId"], sequence=context["expectedRunEventSequence"] + 1,
+        type_="step.created" if previous_status is None else f"step.{step_run['status']}",
+        actor=context["actor"], payload=payload, created_at_ms=step_run["updatedAtMs"],
+        step_run_id=step_run["id"],
+    ) | ({"dedupeKey": context["dedupeKey"]} if context["dedupeKey"] != context["eventId"] else {})
+
+
+def _mutation(previous: Record | None, step_run: Record, context: Record) -> Record:
+    m = {
+        "schema": T.SCHEMA_STEP_RUN_MUTATION,
+        "mutationId": step_run["lastMutationId"],
+        "runId": step_run["runId"],
+        "expectedRunVersion": context["expectedRunVersion"],
+        "expectedRunEventSequence": context["expectedRunEventSequence"],
+        "expectedStepRunVersion": None if previous is None else previous["version"],
+        "expectedStepRunDigest": None if previous is None else previous["stepRunDigest"],
+        "previousStatus": None if previous is None else previous["status"],
+        "stepRun": step_run,
+        "event": mutation_event(step_run, None if previous is None else previous["status"], context),
+    }
+    m["mutationDigest"] = mutation_digest(m)
+    return m
+
+
+def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Record:
+    """§3.3: the transition wrapped in a StepRunMutation with its event."""
+    step_run = transition_step_run(current, command)
+    ctx = _check_context(context)
+    return _mutation(normalize_step_run(current), step_run, ctx)
+
+
+CREATE_FIELDS = ("id", "runId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
+                 "initialStatus", "createdAtMs")
+
+
+def create_step_run(fields: Record, mutation_id: str) -> Record:
+    """records.md §6.3 creation: version 1, readyAtMs = createdAtMs iff ready."""
+    ready = fields["initialStatus"] == "ready"
+    s = {
+        "schema": T.SCHEMA_STEP_RUN, "id": fields["id"], "runId": fields["runId"], "parentStepRunId": None,
+        "stepKey": fields["stepKey"], "kind": fields["kind"], "definitionRef": fields["definitionRef"],
+        "definitionDigest": fields["definitionDigest"], "required": fields["required"],
+        "status": fields["initialStatus"], "version": 1, "attemptCount": 0, "inputRef": None,
+        "outputRef": None, "approvalRequestId": None, "readyAtMs": fields["createdAtMs"] if ready else None,
+        "startedAtMs": None, "finishedAtMs": None, "resultCode": None, "errorSummary": None,
+        "createdAtMs": fields["createdAtMs"], "updatedAtMs": fields["createdAtMs"], "lastMutationId": mutation_id,
+    }
+    return normalize_step_run(seal_step_run(s))
+
+
+def create_step_run_mutation(fields: Any, mutation_id: str, context: Any) -> Record:
+    exact_keys(fields, CREATE_FIELDS, (), STEP_FAIL, "StepRun creation fields")
+    STEP_FAIL.check(fields["initialStatus"] in ("pending", "ready"), "initialStatus must be pending or ready")
+    STEP_FAIL.check(is_identifier(mutation_id), "mutationId invalid")
+    return _mutation(None, create_step_run(fields, mutation_id), _check_context(context))
+
+
+def ledger_entry(mutation: Record, committed_at_ms: int) -> Record:
+    """records.md §6.6: the durable form of a mutation."""
+    s = mutation["stepRun"]
+    return {
+        "mutationId": mutation["mutationId"], "mutationDigest": mutation["mutationDigest"],
+        "runId": mutation["runId"], "stepRunId": s["id"], "stepRunDigest": s["stepRunDigest"],
+        "eventId": mutation["event"]["id"], "eventSequence": mutation["event"]["sequence"],
+        "runVersion": mutation["expectedRunVersion"] + 1, "stepRun": s, "committedAtMs": committed_at_ms,
+    }
+
+
+def resolve_step_run_mutation(current: Record | None, mutation: Any) -> str:
+    """§3.3 replay resolution: `existing`, `apply`, or a typed error."""
+    fail = STEP_FAIL
+    exact_keys(mutation, MUTATION_KEYS, (), fail, "StepRun mutation")
+    new = normalize_step_run(mutation["stepRun"])
+    fail.check(is_object(mutation["event"]), "mutation event invalid")
+    fail.check(mutation["mutationDigest"] == mutation_digest(mutation), "mutationDigest mismatch")
+    if current is not None:
+        current = normalize_step_run(current)
+        if current["lastMutationId"] == mutation["mutationId"]:
+            if current == new:
+                return "existing"
+            raise Conflict(T.STEP_RUN_MUTATION_CONFLICT, "mutation_conflict",
+                           f"StepRun {current['id']} already carries mutation {mutation['mutationId']} differently")
+    if mutation["previousStatus"] is None:
+        if current is not None:
+            raise fence_conflict(f"StepRun {new['id']} already exists")
+        return "apply"
+    if current is None or (current["version"], current["stepRunDigest"], current["status"]) != (
+        mutation["expectedStepRunVersion"], mutation["expectedStepRunDigest"], mutation["previousStatus"]
+    ):
+        raise fence_conflict("StepRun is not at the mutation's expected version/digest/status")
+    fail.check(all(current[k] == new[k] for k in IMMUTABLE_STEP_KEYS), "mutation changes immutable StepRun fields")
+    command = {"expectedVersion": current["version"], "expectedDigest": current["stepRunDigest"],
+               "mutationId": mutation["mutationId"], "to": new["status"], "atMs": new["updatedAtMs"]}
+    for key in COMMAND_OPTIONAL:
+        if new[key] is not None and key in ("outputRef", "resultCode", "errorSummary"):
+            command[key] = new[key]
+    if new["status"] in ("waiting_approval",) or (new["status"] == "running" and current["status"] == "waiting_approval"):
+        command["approvalRequestId"] = new["approvalRequestId"]
+    fail.check(transition_step_run(current, command) == new, "mutation post-image differs from the transition")
+    return "apply"
+
+
+__all__ = [
+    "CONTEXT_KEYS", "LEDGER_KEYS", "MUTATION_KEYS", "STEP_RUN_KEYS", "create_step_run", "create_step_run_mutation",
+    "ledger_entry", "mutation_digest", "resolve_step_run_mutation", "transition_step_run",
+    "transition_step_run_mutation",
+]
