@@ -651,7 +651,8 @@ def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     if a["status"] != "claimed":
         raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
     now = ctx.now
-    new_lease = lease | {"version": lease["version"] + 1, "releasedAtMs": now, "releaseReason": args["reason"],
+    new_lease = lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
+                         "releaseReason": args["reason"],
                          "updatedAtMs": now}
     _ceiling(ctx, new_lease["version"], run["version"] + 1)
     tx = Tx(state, now)
@@ -767,7 +768,8 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
         ctx.fire("step:running.synthetic")
     elif command == "fail_start":
         new_attempt["callbackSequence"] = a["callbackSequence"] + 1
-    new_lease = lease | {"version": lease["version"] + 1, "completedAtMs": now, "updatedAtMs": now}
+    new_lease = lease | {"status": "completed", "version": lease["version"] + 1, "completedAtMs": now,
+                         "updatedAtMs": now}
     put_lease(tx, new_lease)
     new_attempt |= {"status": target, "finishedAtMs": now, "leaseVersion": new_lease["version"]}
     if exit_code is not None:
@@ -879,7 +881,8 @@ def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     except QlwfError as e:
         raise ctx.unavailable("resolution_failed", e.message) from e
     now = ctx.now
-    new_lease = lease | {"version": lease["version"] + 1, "releasedAtMs": now, "releaseReason": "lease_expired",
+    new_lease = lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
+                         "releaseReason": "lease_expired",
                          "updatedAtMs": now}
     _ceiling(ctx, new_lease["version"], b["run"]["version"])
     tx = Tx(state, now)

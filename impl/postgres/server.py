@@ -38,6 +38,8 @@ __all__ = [
     "ThrowawayCluster",
     "find_pg_bin",
     "server_from_env",
+    "temporary_database",
+    "unique_database_name",
 ]
 
 DSN_ENV = "QLWF_PG_DSN"
