@@ -14,8 +14,8 @@ from .records import (
     is_array,
     is_object,
     make_event,
-    normalize_step_run,
     normalize_task_receipt,
+    shared_step_run,
 )
 from .steprun import transition_step_run_mutation
 from .values import INT31_MAX, is_int, is_int31
@@ -104,7 +104,7 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
     steps = []
     for i, raw in enumerate(raw_steps):
         try:
-            steps.append(normalize_step_run(raw))
+            steps.append(shared_step_run(raw))
         except QlwfError as e:
             fail(f"stepRuns[{i}] does not normalize: {e.message}")
     steps.sort(key=lambda s: (s["stepKey"], s["id"]))

@@ -6,6 +6,9 @@ import hashlib
 import json
 from typing import Any
 
+# One shared encoder: json.dumps would build a new encoder per call, which dominates for small records.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
 
 def canonical_json(value: Any) -> bytes:
     """UTF-8 canonical JSON: no whitespace, keys in the dict's (canonical) order, no ASCII escaping.
@@ -13,7 +16,7 @@ def canonical_json(value: Any) -> bytes:
     Python's encoder escapes exactly the characters records.md §5.1 requires (`"`, `\\`, the
     short escapes and other C0 controls as lowercase `\\u00xx`) and leaves `/` and non-ASCII alone.
     """
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def canonical_text(value: Any) -> str:
@@ -22,11 +25,12 @@ def canonical_text(value: Any) -> str:
 
 def json_digest(domain: str, value: Any) -> str:
     """hex(sha256(UTF8(domain) ‖ NUL ‖ canonical_json(value)))."""
-    h = hashlib.sha256()
-    h.update(domain.encode("utf-8"))
-    h.update(b"\x00")
-    h.update(canonical_json(value))
-    return h.hexdigest()
+    return digest_bytes(domain, canonical_json(value))
+
+
+def digest_bytes(domain: str, body: bytes) -> str:
+    """json_digest over an already canonical body (lets callers reuse the bytes for size checks)."""
+    return hashlib.sha256(domain.encode("utf-8") + b"\x00" + body).hexdigest()
 
 
 def id_hash(domain: str, *fields: str | int) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from . import ids
 from . import tables as T
 from .errors import Invalid, QlwfError
-from .records import Failer, Record, is_array, is_object, normalize_plan, normalize_step_run
+from .records import Failer, Record, is_array, is_object, shared_plan, shared_step_run
 from .steprun import transition_step_run_mutation
 from .values import is_int
 
@@ -49,7 +49,7 @@ def _check_step_runs(step_runs: Any, plan: Record, observed: int) -> dict[str, R
     out: dict[str, Record] = {}
     for i, raw in enumerate(step_runs):
         try:
-            s = normalize_step_run(raw)
+            s = shared_step_run(raw)
         except QlwfError as e:
             fail(f"stepRuns[{i}] does not normalize: {e.message}")
         p = by_key.get(s["stepKey"])
@@ -120,7 +120,7 @@ def resolve_frontier(snapshot: Any, *, explain: dict[str, str] | None = None) ->
     fail.check(is_object(snapshot), "snapshot must be an object")
     for key in ("plan", "run", "stepRuns", "observedAtMs"):
         fail.check(key in snapshot, f"snapshot.{key} is missing")
-    plan = normalize_plan(snapshot["plan"])
+    plan = shared_plan(snapshot["plan"])
     run = snapshot["run"]
     _check_run(run, plan)
     observed = snapshot["observedAtMs"]

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import networkx as nx
 
 from . import tables as T
-from .canonical import canonical_json, json_digest
+from .canonical import canonical_json, digest_bytes, json_digest
 from .errors import Invalid
 from .values import (
     INT31_MAX,
@@ -237,8 +237,17 @@ _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finis
 }
 
 
+def _step_body_bytes(step_run: Record) -> bytes:
+    return canonical_json({k: step_run[k] for k in STEP_RUN_KEYS[:-1]})
+
+
 def step_run_digest(step_run: Record) -> str:
-    return json_digest(T.DOMAIN_STEP_RUN, {k: step_run[k] for k in STEP_RUN_KEYS[:-1]})
+    return digest_bytes(T.DOMAIN_STEP_RUN, _step_body_bytes(step_run))
+
+
+def _step_json_size(body: bytes) -> int:
+    """Size of the full record's canonical JSON: the body plus `,"stepRunDigest":"<64 hex>"`."""
+    return len(body) + len(',"stepRunDigest":""') + 64
 
 
 def step_run_invariant_violation(s: Record) -> str | None:
@@ -281,16 +290,22 @@ def step_run_invariant_violation(s: Record) -> str | None:
     return None
 
 
+STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
+
+
 def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
-    exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
+    if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
+        exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
     for key, rule in _STEP_RULES:
-        fail.check(rule(x[key]), f"StepRun {key} is invalid")
-    s = canonical(x, STEP_RUN_KEYS)
+        if not rule(x[key]):
+            fail(f"StepRun {key} is invalid")
+    s = {k: x[k] for k in STEP_RUN_KEYS}
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
-    fail.check(step_run_digest(s) == s["stepRunDigest"], f"StepRun {s['id']} digest mismatch")
-    fail.check(len(canonical_json(s)) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
+    body = _step_body_bytes(s)
+    fail.check(digest_bytes(T.DOMAIN_STEP_RUN, body) == s["stepRunDigest"], f"StepRun {s['id']} digest mismatch")
+    fail.check(_step_json_size(body) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     return s
 
 
@@ -298,6 +313,18 @@ def seal_step_run(s: Record) -> Record:
     """Recompute stepRunDigest of a StepRun built by the model, in canonical order."""
     body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
     return {**body, "stepRunDigest": step_run_digest(body)}
+
+
+def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:
+    """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
+    invariants and size are checked; types hold by construction. One encoding serves both."""
+    body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
+    problem = step_run_invariant_violation(body)
+    if problem:
+        fail(f"StepRun {s['id']}: {problem}")
+    raw = canonical_json(body)
+    fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
+    return {**body, "stepRunDigest": digest_bytes(T.DOMAIN_STEP_RUN, raw)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -642,3 +669,10 @@ def actor_problem(actor: Any) -> str | None:
     if "id" in actor and not is_identifier(actor["id"]):
         return "actor id invalid"
     return None
+
+
+# Shared, memoized normalizers for the pure resolvers (see memo.py); never hand these out.
+from .memo import ExactMemo  # noqa: E402 - needs the normalizers above
+
+shared_plan = ExactMemo(normalize_plan, 64)
+shared_step_run = ExactMemo(normalize_step_run, 8192)

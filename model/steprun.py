@@ -17,6 +17,8 @@ from .records import (
     make_event,
     normalize_step_run,
     seal_step_run,
+    self_check_step_run,
+    shared_step_run,
 )
 from .values import (
     INT31_MAX,
@@ -63,8 +65,12 @@ def state_conflict(message: str) -> Conflict:
 
 def transition_step_run(current: Any, command: Any) -> Record:
     """Apply one transition (state-machines.md §3.2); the first failing check wins."""
+    return _transition(normalize_step_run(current), command)
+
+
+def _transition(cur: Record, command: Any) -> Record:
+    """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
-    cur = normalize_step_run(current)
     exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
     to = command["to"]
     fail.check(to in T.STEP_STATUSES, "transition target is not a StepRun status")
@@ -124,8 +130,8 @@ def transition_step_run(current: Any, command: Any) -> Record:
     nxt["version"] = cur["version"] + 1
     nxt["updatedAtMs"] = at
     nxt["lastMutationId"] = command["mutationId"]
-    # Self-check (§3.2): every produced record must normalize.
-    return normalize_step_run(seal_step_run(nxt))
+    # Self-check (§3.2): the produced record must satisfy the record invariants.
+    return self_check_step_run(nxt)
 
 
 def _check_context(context: Any) -> Record:
@@ -180,9 +186,9 @@ def _mutation(previous: Record | None, step_run: Record, context: Record) -> Rec
 
 def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Record:
     """§3.3: the transition wrapped in a StepRunMutation with its event."""
-    step_run = transition_step_run(current, command)
-    ctx = _check_context(context)
-    return _mutation(normalize_step_run(current), step_run, ctx)
+    cur = shared_step_run(current)
+    step_run = _transition(cur, command)
+    return _mutation(cur, step_run, _check_context(context))
 
 
 CREATE_FIELDS = ("id", "runId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",

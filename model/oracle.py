@@ -1,0 +1,87 @@
+"""The specification oracle: the pure resolutions by name, with optional rule explanations.
+
+`consult(fn, input)` answers "what must happen here?" for one ql3 snapshot. Input and output are
+exactly the ql3 contract objects of the spec; explanations are returned separately so the
+resolution itself stays byte-identical to the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from . import tables as T
+from .admission import create_admission_bundle
+from .attempts import build_task_attempt_admission
+from .cancellation import resolve_cancellation
+from .errors import Invalid
+from .frontier import resolve_frontier
+from .records import Record, is_object
+from .recovery import RECOVERY_FIT, build_task_recovery
+from .steprun import transition_step_run_mutation
+
+ORACLE_REQUEST_INVALID = "QLWF_ORACLE_REQUEST_INVALID"
+
+
+class Answer(NamedTuple):
+    resolution: Record
+    explanation: dict[str, str]
+
+
+def _frontier(inp: Any) -> Answer:
+    explain: dict[str, str] = {}
+    return Answer(resolve_frontier(inp, explain=explain), explain)
+
+
+def _cancel(inp: Any) -> Answer:
+    explain: dict[str, str] = {}
+    return Answer(resolve_cancellation(inp, explain=explain), explain)
+
+
+def _recover(inp: Any) -> Answer:
+    res = build_task_recovery(inp)
+    a = inp["attempt"]
+    fit = RECOVERY_FIT[(inp["reason"], a["status"])]
+    rule = f"recovery.{inp['reason']}: {a['status']} attempt, StepRun at its {fit.replace('_', ' ')}"
+    explain = {a["id"]: f"{rule} -> attempt lost", inp["stepRun"]["id"]: f"{rule} -> StepRun {res['disposition']}"}
+    return Answer(res, explain)
+
+
+def _admit_attempt(inp: Any) -> Answer:
+    res = build_task_attempt_admission(inp)
+    s = inp["stepRun"]
+    return Answer(res, {res["attempt"]["id"]: f"task_admission: StepRun {s['id']} ready at epoch v{s['version']}, "
+                                               f"attempt number {res['attempt']['attempt']}"})
+
+
+def _admit_workflow(inp: Any) -> Answer:
+    bundle = create_admission_bundle(inp)
+    explain = {m["stepRun"]["id"]: ("admit.ready: no needs" if m["stepRun"]["status"] == "ready"
+                                    else "admit.pending: waits for its needs") for m in bundle["stepMutations"]}
+    return Answer(bundle, explain)
+
+
+def _step_transition(inp: Any) -> Answer:
+    if not is_object(inp) or set(inp) != {"current", "command", "context"}:
+        raise Invalid(T.FAMILIES["step_run"].invalid or "", "step_run_invalid",
+                      "step-transition input must be exactly {current, command, context}")
+    m = transition_step_run_mutation(inp["current"], inp["command"], inp["context"])
+    return Answer(m, {m["stepRun"]["id"]: f"step.transition: {m['previousStatus']} -> {m['stepRun']['status']} "
+                                          "(state-machines.md §3.1 allows it)"})
+
+
+FUNCTIONS: dict[str, Callable[[Any], Answer]] = {
+    "frontier": _frontier,
+    "cancel": _cancel,
+    "recover": _recover,
+    "admit-attempt": _admit_attempt,
+    "admit-workflow": _admit_workflow,
+    "step-transition": _step_transition,
+}
+
+
+def consult(fn: str, inp: Any) -> Answer:
+    """Resolve `inp` with the pure function `fn`; raises the model's typed errors."""
+    if fn not in FUNCTIONS:
+        raise Invalid(ORACLE_REQUEST_INVALID, "unknown_function", f"unknown oracle function {fn!r}")
+    return FUNCTIONS[fn](inp)
