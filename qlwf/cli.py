@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`.
 SUBCOMMAND_MODULES = (
+    "qlwf.cmd_check",
     "qlwf.cmd_oracle",
 )
 

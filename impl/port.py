@@ -1,0 +1,111 @@
+"""The command port every storage backend implements (commands.md §1.3, §3; storage.md §7).
+
+A backend executes the commands of commands.md §3 one at a time, each writing command as one
+transaction (converge_cancellation_page: one per workflow), raising the model's typed errors
+(`qlwf.model.errors`), and offers a read-only `snapshot()` in the model's canonical form.
+
+Time is an input (D-8): a backend reads its observation time through an injectable `Clock`, once
+per transaction. Conformance runs use a `FixedClock` whose value the harness sets per step (the
+`now` argument of `execute`); production uses `DatabaseClock`, which asks the database.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from qlwf.model import tables as T
+
+Record = dict[str, Any]
+Snapshot = dict[str, list[Record]]
+
+# The record kinds of `snapshot()`, in the model's order (model/state.py TABLES); each list is
+# sorted by the kind's key (commands.md §1.3).
+SNAPSHOT_KINDS: tuple[str, ...] = (
+    "admissions", "admissionSteps", "runs", "stepRuns", "mutations", "events", "attempts", "taskReceipts", "leases",
+)
+
+# Every command of commands.md §3.
+COMMAND_NAMES: tuple[str, ...] = tuple(T.COMMAND_OUTCOMES)
+
+
+class Clock(Protocol):
+    """Source of a command's observation time, read once per transaction."""
+
+    def read(self, database_time: Callable[[], int]) -> int:
+        """Return `now`; `database_time` reads the database clock inside the current transaction."""
+        ...
+
+
+class FixedClock:
+    """Conformance clock: returns the harness clock value of the current step (storage.md §7)."""
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = 0
+        self.set(value)
+
+    def set(self, value: int) -> None:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"clock value must be an int >= 0, got {value!r}")
+        self.value = value
+
+    def read(self, database_time: Callable[[], int]) -> int:
+        return self.value
+
+
+class DatabaseClock:
+    """Production clock: the database's own time, read under the write lock (storage.md §7)."""
+
+    def read(self, database_time: Callable[[], int]) -> int:
+        return database_time()
+
+
+class CommandPort(ABC):
+    """One storage backend holding one durable store."""
+
+    clock: Clock
+
+    @abstractmethod
+    def execute(self, name: str, args: Any, now: int | None = None) -> Record:
+        """Run command `name` with `args`; return its result record or raise a `QlwfError`.
+
+        `now`, when given, is the harness observation time of this step: the port's clock must then
+        be a `FixedClock`, which is set to it before the command runs. The clock is still read once
+        inside the command's transaction. Unknown command names raise `ValueError`.
+        """
+
+    @abstractmethod
+    def snapshot(self) -> Snapshot:
+        """Every durable record in canonical form, per `SNAPSHOT_KINDS`, sorted by key; never reads the clock."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; later operations fail with Unavailable `storage_closed`."""
+
+    def set_step_time(self, now: int | None) -> None:
+        if now is None:
+            return
+        if not isinstance(self.clock, FixedClock):
+            raise TypeError("a step time can only be injected into a backend whose clock is a FixedClock")
+        self.clock.set(now)
+
+    def __enter__(self) -> CommandPort:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+@runtime_checkable
+class FaultInjection(Protocol):
+    """Optional capability used by drift traces: overwrite one stored record behind the commands' back.
+
+    `kind` is a snapshot kind, `key` the record's key (a list), `patch` maps record keys to new
+    values (JSON null removes an optional key, or stores null for a StepRun's nullable key). The
+    write bypasses digests, mirrors and row checks, exactly as a corrupted store would look.
+    """
+
+    def corrupt(self, kind: str, key: list[Any], patch: Record) -> None: ...

@@ -1,0 +1,104 @@
+"""admit_workflow (commands.md §4.1, frontier.md §2–§3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qlwf.model import tables as T
+from qlwf.model.admission import (
+    RUN_IDENTITY_KEYS,
+    admission_ledger,
+    admission_step_entries,
+    create_admission_bundle,
+)
+from qlwf.model.errors import Invalid, QlwfError
+from qlwf.model.records import Record, normalize_plan
+
+from . import arguments
+from .codec import admission_columns
+from .context import Tx
+from .failures import Failures
+
+Prepared = tuple[Record, Record]
+
+
+def prepare(fail: Failures, args: Any) -> Prepared:
+    arguments.keys(fail, args, ("plan",))
+    try:
+        plan = normalize_plan(args["plan"])
+    except QlwfError as e:
+        raise Invalid(T.FAMILIES["plan"].invalid or "", "plan_invalid", e.message) from e
+    return plan, create_admission_bundle(plan)
+
+
+def run(tx: Tx, prepared: Prepared) -> Record:
+    plan, bundle = prepared
+    store, fail = tx.store, tx.fail
+    if plan["plannedAtMs"] > tx.now:
+        raise fail.invalid("planned_in_future", "plannedAtMs is after the observation time")
+    same_id = store.admissions_by_plan_id(plan["planId"])
+    if same_id:
+        if same_id[0]["plan_digest"] == plan["planDigest"]:
+            receipt = _verify_frozen_evidence(tx, bundle, same_id[0])
+            return {"status": "existing", "receipt": receipt}
+        raise fail.conflict("plan_id_conflict", f"planId {plan['planId']} is admitted with another digest")
+    if store.run_exists(plan["runId"]) or store.admission_for_run_exists(plan["runId"]):
+        raise fail.conflict("run_id_conflict", f"Run {plan['runId']} already exists")
+    if store.existing_step_run_ids([s["stepRunId"] for s in plan["steps"]]):
+        raise fail.conflict("step_run_id_conflict", "a StepRun id of the plan already exists")
+    # storage.md §4: Run; admission event; per step StepRun, step.created event, ledger entry;
+    # admission record; admission step entries.
+    store.insert_run(bundle["run"])
+    store.insert_event(bundle["admissionEvent"])
+    for m, entry in zip(bundle["stepMutations"], admission_ledger(bundle), strict=True):
+        store.insert_step_run(m["stepRun"])
+        store.insert_event(m["event"])
+        store.insert_mutation(entry)
+    store.insert_admission(plan, bundle["receipt"])
+    for e in admission_step_entries(plan, bundle):
+        store.insert_admission_step(e)
+    return {"status": "created", "receipt": bundle["receipt"]}
+
+
+def _verify_frozen_evidence(tx: Tx, bundle: Record, row: dict[str, Any]) -> Record:
+    """frontier.md §3.2: exact replay verifies only the frozen admission evidence."""
+    store = tx.store
+    plan = bundle["plan"]
+    pd, run_id, n = plan["planDigest"], plan["runId"], len(plan["steps"])
+    problems: list[str] = []
+    try:
+        stored_plan, stored_receipt = json.loads(row["plan_json"]), json.loads(row["receipt_json"])
+    except ValueError:
+        stored_plan = stored_receipt = None
+    if stored_plan != plan or stored_receipt != bundle["receipt"]:
+        problems.append("stored plan or receipt differs")
+    elif any(row[c] != v for c, v in admission_columns(plan, bundle["receipt"]).items()):
+        problems.append("admission columns differ from the plan or receipt")
+    expected_events = [bundle["admissionEvent"], *(m["event"] for m in bundle["stepMutations"])]
+    if store.events_up_to(run_id, n + 1) != expected_events:
+        problems.append("admission events differ")
+    stored_entries = {e["stepKey"]: e for e in store.admission_steps(pd)}
+    if any(stored_entries.get(e["stepKey"]) != e for e in admission_step_entries(plan, bundle)):
+        problems.append("admission step entries differ")
+    for entry in admission_ledger(bundle):
+        if store.first_ledger_entry(entry["stepRunId"]) != entry:
+            problems.append(f"first ledger entry of {entry['stepRunId']} differs")
+    run = store.run(run_id)
+    expected_run = bundle["run"]
+    if (run is None or any(run.get(k) != expected_run[k] for k in (*RUN_IDENTITY_KEYS, "createdAtMs", "startedAtMs"))
+            or run["status"] not in T.RUN_STATUSES or run["version"] != run["eventSequence"]
+            or run["version"] < n + 1):
+        problems.append("Run identity or counters drifted")
+    for m in bundle["stepMutations"]:
+        created = m["stepRun"]
+        stored = store.step_run(created["id"])
+        s = None if stored is None else stored.record
+        if s is None or any(s[k] != created[k] for k in ("id", "runId", "stepKey", "kind", "definitionRef",
+                                                          "definitionDigest", "required", "parentStepRunId",
+                                                          "inputRef", "createdAtMs")) or s["version"] < 1:
+            problems.append(f"StepRun {created['id']} identity drifted")
+    if problems:
+        raise tx.fail.unavailable("admission_drift", "; ".join(problems))
+    assert stored_receipt is not None
+    return stored_receipt

@@ -1,0 +1,68 @@
+"""admit_task_attempt (commands.md §4.5, task-attempts.md §3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qlwf.model import tables as T
+from qlwf.model.attempts import build_task_attempt_admission
+from qlwf.model.errors import QlwfError
+from qlwf.model.records import Record, binding_plan_problem
+
+from . import arguments
+from .context import Tx
+from .failures import Failures
+
+Prepared = tuple[dict[str, Any], Record]
+
+
+def prepare(fail: Failures, args: Any) -> Prepared:
+    return arguments.task_admission(fail, args)
+
+
+def run(tx: Tx, prepared: Prepared) -> Record:
+    args, binding = prepared
+    store, fail, now = tx.store, tx.fail, tx.now
+    loaded = tx.loads.run(args["runId"])
+    run = loaded.run
+    step = tx.loads.step(loaded, args["stepRunId"])
+    row = store.receipt_for_epoch(run["id"], step["id"], step["version"])
+    if row is not None:
+        try:
+            existing = json.loads(row["receipt_json"])
+        except ValueError as e:
+            raise fail.unavailable("receipt_drift", "stored receipt is not JSON") from e
+        if existing.get("stepRunDigest") != step["stepRunDigest"]:
+            raise fail.unavailable("receipt_drift", "receipt epoch digest differs from the StepRun")
+        if any(existing.get(k) != binding[k] for k in binding):
+            raise fail.conflict("binding_mismatch", "this epoch was admitted with another binding")
+        return {"status": "existing", "receipt": existing, "attempt": store.attempt(existing["attemptId"])}
+    if step["status"] != "ready":
+        raise fail.conflict("step_not_ready", f"StepRun {step['id']} is {step['status']}")
+    plan_step = next(p for p in loaded.plan["steps"] if p["stepRunId"] == step["id"])
+    problem = binding_plan_problem(binding, loaded.plan, plan_step)
+    if problem:
+        raise fail.invalid("binding_inconsistent", problem)
+    if run["status"] != "running":
+        raise fail.conflict("run_not_running", f"Run is {run['status']}")
+    if "cancelRequestedAtMs" in run:
+        raise fail.conflict("cancellation_requested", "the Run has cancel intent")
+    if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
+        raise fail.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+    n = 1 + store.max_attempt_number(run["id"])
+    if n > T.MAX_RUN_ATTEMPTS:
+        raise fail.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
+    tx.loads.clock_floor(run["id"], [], now)
+    try:
+        b = build_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
+                                          "attemptNumber": n, "admittedAtMs": now})
+    except QlwfError as e:
+        raise fail.unavailable("resolution_failed", e.message) from e
+    tx.ceiling(b["run"]["version"])
+    # storage.md §4: Run CAS; attempt; event; receipt. The StepRun is not changed.
+    store.cas_run("counters", run, b["run"])
+    store.insert_attempt(b["attempt"])
+    store.insert_event(b["event"])
+    store.insert_receipt(b["receipt"], loaded.plan)
+    return {"status": "created", "receipt": b["receipt"], "attempt": b["attempt"]}

@@ -1,0 +1,49 @@
+"""What a command sees inside its transaction: the store, the loads, its errors and `now`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qlwf.model.records import Record
+from qlwf.model.values import INT31_MAX
+
+from .failures import Failures
+from .loads import Loads
+from .store import SqliteStore
+
+SYSTEM: Record = {"type": "system"}
+
+
+def worker_actor(worker_id: str) -> Record:
+    return {"type": "worker", "id": worker_id}
+
+
+@dataclass
+class Tx:
+    store: SqliteStore
+    loads: Loads
+    fail: Failures
+    now: int
+
+    def ceiling(self, *values: int) -> None:
+        """Counter ceiling (commands.md §2.5): no write may push a counter past 2147483647."""
+        if any(v > INT31_MAX for v in values):
+            raise self.fail.unavailable("counter_overflow", "a counter would exceed 2147483647")
+
+
+class RunCounter:
+    """In-memory Run counters of one command; APPEND and MUTATE advance them (commands.md §2.5)."""
+
+    def __init__(self, run: Record) -> None:
+        self.version = run["version"]
+        self.sequence = run["eventSequence"]
+
+    def next(self) -> tuple[int, int]:
+        self.version += 1
+        self.sequence += 1
+        return self.version, self.sequence
+
+    def context(self, event_id: str, actor: Record) -> dict[str, Any]:
+        return {"expectedRunVersion": self.version, "expectedRunEventSequence": self.sequence, "eventId": event_id,
+                "dedupeKey": event_id, "actor": actor}

@@ -1,0 +1,250 @@
+"""The SQL of the SQLite backend: row loads, inserts and compare-and-set updates (storage.md §2–§5).
+
+Everything here is mechanical: which rows to read and write and with which guards. Decisions and
+integrity checks live in the command modules and `loads.py`. Every compare-and-set must change
+exactly one row, otherwise it raises `ConcurrentChange` (storage.md §5).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from qlwf.model.canonical import canonical_text
+
+from .codec import (
+    ADMISSION_COLUMNS,
+    ADMISSION_STEP_COLUMNS,
+    ADMISSION_STEPS_TABLE,
+    ADMISSIONS_TABLE,
+    ATTEMPTS,
+    EVENTS,
+    LEASES,
+    MUTATIONS,
+    RUNS,
+    STEP_RUNS,
+    TASK_RECEIPT_COLUMNS,
+    TASK_RECEIPTS_TABLE,
+    Codec,
+    Record,
+    admission_columns,
+    admission_step_record,
+    admission_step_row,
+    insert_sql,
+    task_receipt_columns,
+)
+from .failures import ConcurrentChange
+
+ACTIVE = ("claimed", "starting", "running")
+
+
+class StoredStepRun:
+    """A StepRun row: the record rebuilt from its columns plus the stored JSON mirror text."""
+
+    __slots__ = ("json_text", "record")
+
+    def __init__(self, record: Record, json_text: str) -> None:
+        self.record = record
+        self.json_text = json_text
+
+
+class SqliteStore:
+    """Row-level access over one connection; owns no transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # ---- generic helpers ----------------------------------------------------------------------
+    def _one(self, codec: Codec, where: str, params: Iterable[Any]) -> Record | None:
+        row = self.conn.execute(f'SELECT {codec.select_list} FROM "{codec.table}" WHERE {where}',
+                                tuple(params)).fetchone()
+        return None if row is None else codec.to_record(row)
+
+    def _all(self, codec: Codec, where: str, params: Iterable[Any], order: str) -> list[Record]:
+        rows = self.conn.execute(f'SELECT {codec.select_list} FROM "{codec.table}" WHERE {where} ORDER BY {order}',
+                                 tuple(params)).fetchall()
+        return [codec.to_record(r) for r in rows]
+
+    def _cas(self, sql: str, params: Iterable[Any], what: str) -> None:
+        if self.conn.execute(sql, tuple(params)).rowcount != 1:
+            raise ConcurrentChange(what)
+
+    # ---- Runs -----------------------------------------------------------------------------------
+    def run(self, run_id: str) -> Record | None:
+        return self._one(RUNS, "id = ?", (run_id,))
+
+    def run_exists(self, run_id: str) -> bool:
+        return self.conn.execute('SELECT 1 FROM "Runs" WHERE id = ?', (run_id,)).fetchone() is not None
+
+    def insert_run(self, run: Record) -> None:
+        self.conn.execute(RUNS.insert_sql(), RUNS.to_row(run))
+
+    def cas_run(self, guard: str, old: Record, new: Record) -> None:
+        """Run compare-and-set with one of the guards of storage.md §5."""
+        where = "id = ? AND status = 'running' AND version = ? AND event_sequence = ?"
+        params: list[Any] = [old["id"], old["version"], old["eventSequence"]]
+        if guard in ("frontier", "counters", "cancel_request"):
+            where += " AND cancel_requested_at_ms IS NULL"
+        elif guard == "convergence":
+            where += (" AND execution_owner = 'runtime' AND trigger_type = 'plugin_package_workflow'"
+                      " AND cancel_requested_at_ms = ? AND cancel_reason = ?")
+            params += [old["cancelRequestedAtMs"], old["cancelReason"]]
+        elif guard != "counters_any_intent":
+            raise ValueError(f"unknown Run guard {guard}")
+        sets = {"version": new["version"], "event_sequence": new["eventSequence"]}
+        if guard in ("frontier", "convergence"):
+            sets |= {"status": new["status"], "finished_at_ms": new.get("finishedAtMs"),
+                     "error_code": new.get("errorCode"), "error_summary": new.get("errorSummary")}
+        elif guard == "cancel_request":
+            sets |= {"cancel_requested_at_ms": new["cancelRequestedAtMs"], "cancel_reason": new["cancelReason"]}
+        assignments = ", ".join(f"{c} = ?" for c in sets)
+        self._cas(f'UPDATE "Runs" SET {assignments} WHERE {where}', [*sets.values(), *params], f"Run {old['id']}")
+
+    # ---- Admissions -----------------------------------------------------------------------------
+    def admissions_of_run(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(f'SELECT {", ".join(ADMISSION_COLUMNS)} FROM "{ADMISSIONS_TABLE}" '
+                                 "WHERE run_id = ? ORDER BY plan_digest", (run_id,)).fetchall()
+        return [dict(zip(ADMISSION_COLUMNS, r, strict=True)) for r in rows]
+
+    def admissions_by_plan_id(self, plan_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(f'SELECT {", ".join(ADMISSION_COLUMNS)} FROM "{ADMISSIONS_TABLE}" '
+                                 "WHERE plan_id = ? ORDER BY plan_digest", (plan_id,)).fetchall()
+        return [dict(zip(ADMISSION_COLUMNS, r, strict=True)) for r in rows]
+
+    def admission_for_run_exists(self, run_id: str) -> bool:
+        return self.conn.execute(f'SELECT 1 FROM "{ADMISSIONS_TABLE}" WHERE run_id = ?',
+                                 (run_id,)).fetchone() is not None
+
+    def insert_admission(self, plan: Record, receipt: Record) -> None:
+        row = admission_columns(plan, receipt)
+        self.conn.execute(insert_sql(ADMISSIONS_TABLE, ADMISSION_COLUMNS), tuple(row[c] for c in ADMISSION_COLUMNS))
+
+    def admission_steps(self, plan_digest: str) -> list[Record]:
+        rows = self.conn.execute(f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" '
+                                 "WHERE plan_digest = ? ORDER BY step_key", (plan_digest,)).fetchall()
+        return [admission_step_record(r) for r in rows]
+
+    def insert_admission_step(self, entry: Record) -> None:
+        self.conn.execute(insert_sql(ADMISSION_STEPS_TABLE, ADMISSION_STEP_COLUMNS), admission_step_row(entry))
+
+    # ---- StepRuns and the mutation ledger -------------------------------------------------------
+    def _step_select(self) -> str:
+        return f'SELECT {STEP_RUNS.select_list}, step_run_json FROM "StepRuns"'
+
+    def step_run(self, step_run_id: str) -> StoredStepRun | None:
+        row = self.conn.execute(f"{self._step_select()} WHERE id = ?", (step_run_id,)).fetchone()
+        return None if row is None else StoredStepRun(STEP_RUNS.to_record(row[:-1]), row[-1])
+
+    def step_runs_of_run(self, run_id: str) -> list[StoredStepRun]:
+        rows = self.conn.execute(f"{self._step_select()} WHERE run_id = ? ORDER BY step_key, id", (run_id,)).fetchall()
+        return [StoredStepRun(STEP_RUNS.to_record(r[:-1]), r[-1]) for r in rows]
+
+    def existing_step_run_ids(self, ids: list[str]) -> list[str]:
+        marks = ", ".join("?" for _ in ids)
+        return [r[0] for r in self.conn.execute(f'SELECT id FROM "StepRuns" WHERE id IN ({marks})', ids)]
+
+    def insert_step_run(self, step_run: Record) -> None:
+        columns = (*STEP_RUNS.columns, "step_run_json")
+        self.conn.execute(insert_sql("StepRuns", columns), (*STEP_RUNS.to_row(step_run), canonical_text(step_run)))
+
+    def cas_step_run(self, mutation: Record) -> None:
+        """StepRun transition guarded by id, run, version, digest and previous status (storage.md §5)."""
+        new = mutation["stepRun"]
+        mutable = ("status", "version", "attemptCount", "outputRef", "approvalRequestId", "readyAtMs", "startedAtMs",
+                   "finishedAtMs", "resultCode", "errorSummary", "updatedAtMs", "lastMutationId", "stepRunDigest")
+        row = dict(zip(STEP_RUNS.keys, STEP_RUNS.to_row(new), strict=True))
+        assignments = ", ".join(f"{c} = ?" for c in (*(STEP_RUNS.columns[STEP_RUNS.keys.index(k)] for k in mutable),
+                                                     "step_run_json"))
+        self._cas(f'UPDATE "StepRuns" SET {assignments} WHERE id = ? AND run_id = ? AND version = ? '
+                  "AND step_run_digest = ? AND status = ?",
+                  [*(row[k] for k in mutable), canonical_text(new), new["id"], new["runId"],
+                   mutation["expectedStepRunVersion"], mutation["expectedStepRunDigest"], mutation["previousStatus"]],
+                  f"StepRun {new['id']}")
+
+    def insert_mutation(self, entry: Record) -> None:
+        self.conn.execute(MUTATIONS.insert_sql(), MUTATIONS.to_row(entry))
+
+    def first_ledger_entry(self, step_run_id: str) -> Record | None:
+        return self._one(MUTATIONS, "mutation_id = (SELECT mutation_id FROM \"StepRunMutations\" WHERE step_run_id = ? "
+                                    "ORDER BY json_extract(step_run_json, '$.version') LIMIT 1)", (step_run_id,))
+
+    # ---- Events -----------------------------------------------------------------------------------
+    def insert_event(self, event: Record) -> None:
+        self.conn.execute(EVENTS.insert_sql(), EVENTS.to_row(event))
+
+    def events_up_to(self, run_id: str, sequence: int) -> list[Record]:
+        return self._all(EVENTS, "run_id = ? AND sequence <= ?", (run_id, sequence), "sequence")
+
+    def last_event_time(self, run_id: str) -> int | None:
+        row = self.conn.execute('SELECT created_at_ms FROM "RunEvents" WHERE run_id = ? ORDER BY sequence DESC LIMIT 1',
+                                (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def timeout_requested(self, run_id: str, attempt_id: str) -> bool:
+        return self.conn.execute('SELECT 1 FROM "RunEvents" WHERE run_id = ? AND attempt_id = ? '
+                                 "AND type = 'workflow.task_timeout_requested' LIMIT 1",
+                                 (run_id, attempt_id)).fetchone() is not None
+
+    # ---- Attempts, receipts, leases ---------------------------------------------------------------
+    def attempt(self, attempt_id: str) -> Record | None:
+        return self._one(ATTEMPTS, "id = ?", (attempt_id,))
+
+    def active_attempts_of_run(self, run_id: str) -> list[Record]:
+        return self._all(ATTEMPTS, "run_id = ? AND status IN ('claimed', 'starting', 'running')", (run_id,), "id")
+
+    def max_attempt_number(self, run_id: str) -> int:
+        (n,) = self.conn.execute('SELECT COALESCE(MAX(attempt), 0) FROM "RunAttempts" WHERE run_id = ?',
+                                 (run_id,)).fetchone()
+        return int(n)
+
+    def insert_attempt(self, attempt: Record) -> None:
+        self.conn.execute(ATTEMPTS.insert_sql(), ATTEMPTS.to_row(attempt))
+
+    def cas_attempt(self, old: Record, new: Record) -> None:
+        """Worker and recovery paths: guard on status, callbackSequence and lease generation (null-safe)."""
+        keys = ATTEMPTS.keys[4:]  # everything after the identity (id, runId, stepRunId, attempt)
+        row = dict(zip(ATTEMPTS.keys, ATTEMPTS.to_row(new), strict=True))
+        assignments = ", ".join(f"{ATTEMPTS.columns[ATTEMPTS.keys.index(k)]} = ?" for k in keys)
+        self._cas(f'UPDATE "RunAttempts" SET {assignments} WHERE id = ? AND run_id = ? AND status = ? '
+                  "AND callback_sequence = ? AND lease_generation IS ?",
+                  [*(row[k] for k in keys), old["id"], old["runId"], old["status"], old["callbackSequence"],
+                   old.get("leaseGeneration")], f"attempt {old['id']}")
+
+    def cas_attempt_convergence(self, old: Record, new: Record) -> None:
+        """Convergence settles a claimed attempt; callbackSequence and lease keys are untouched."""
+        self._cas('UPDATE "RunAttempts" SET status = ?, finished_at_ms = ?, error_code = ?, error_summary = ? '
+                  "WHERE id = ? AND run_id = ? AND status = 'claimed' AND callback_sequence = ?",
+                  [new["status"], new["finishedAtMs"], new["errorCode"], new["errorSummary"], old["id"],
+                   old["runId"], old["callbackSequence"]], f"attempt {old['id']}")
+
+    def receipt_row(self, attempt_id: str) -> dict[str, Any] | None:
+        return self._receipt("attempt_id = ?", (attempt_id,))
+
+    def receipt_for_epoch(self, run_id: str, step_run_id: str, version: int) -> dict[str, Any] | None:
+        return self._receipt("run_id = ? AND step_run_id = ? AND step_run_version = ?", (run_id, step_run_id, version))
+
+    def _receipt(self, where: str, params: tuple[Any, ...]) -> dict[str, Any] | None:
+        columns = (*TASK_RECEIPT_COLUMNS, "receipt_json")
+        row = self.conn.execute(f'SELECT {", ".join(columns)} FROM "{TASK_RECEIPTS_TABLE}" WHERE {where}',
+                                params).fetchone()
+        return None if row is None else dict(zip(columns, row, strict=True))
+
+    def insert_receipt(self, receipt: Record, plan: Record) -> None:
+        row = task_receipt_columns(receipt, plan)
+        self.conn.execute(insert_sql(TASK_RECEIPTS_TABLE, tuple(row)), tuple(row.values()))
+
+    def lease(self, attempt_id: str) -> Record | None:
+        return self._one(LEASES, "attempt_id = ?", (attempt_id,))
+
+    def insert_lease(self, lease: Record) -> None:
+        self.conn.execute(LEASES.insert_sql(), LEASES.to_row(lease))
+
+    def cas_lease(self, old: Record, new: Record) -> None:
+        keys = LEASES.keys[2:]
+        row = dict(zip(LEASES.keys, LEASES.to_row(new), strict=True))
+        assignments = ", ".join(f"{LEASES.columns[LEASES.keys.index(k)]} = ?" for k in keys)
+        self._cas(f'UPDATE "RunDispatchLeases" SET {assignments} WHERE attempt_id = ? AND status = ? AND version = ? '
+                  "AND lease_generation = ?",
+                  [*(row[k] for k in keys), old["attemptId"], old["status"], old["version"], old["leaseGeneration"]],
+                  f"lease {old['attemptId']}")

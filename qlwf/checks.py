@@ -1,0 +1,51 @@
+"""The checks `qlwf check` runs, in order. Each returns a one-line summary or raises."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from qlwf.gate import Check
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spec_vectors(_opts: dict[str, Any]) -> str:
+    from qlwf.vectors import EXPECTED, mismatches
+
+    bad = mismatches()
+    assert not bad, f"{len(bad)} of {len(EXPECTED)} records.md §8 vectors differ\n" + "\n".join(bad)
+    return f"{len(EXPECTED)} records.md §8 vectors reproduced"
+
+
+def oracle_examples(_opts: dict[str, Any]) -> str:
+    """Every example snapshot resolves, and the committed files are what generate.py builds."""
+    import sys
+
+    from qlwf.model.oracle import consult
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import generate
+    finally:
+        sys.path.pop(0)
+    built = generate.build()
+    stale = [n for n, c in built.items() if (REPO / "examples" / n).read_text(encoding="utf-8")
+             != generate.render(n, c)]
+    assert not stale, f"examples are stale (run python examples/generate.py): {stale}"
+    fns = {"admit-workflow": "admit-workflow", "frontier": "frontier", "cancel": "cancel", "recover": "recover",
+           "admit-attempt": "admit-attempt"}
+    count = 0
+    for name, content in built.items():
+        fn = next((f for prefix, f in fns.items() if name.startswith(prefix)), None)
+        if fn is not None:
+            consult(fn, json.loads(json.dumps(content)))
+            count += 1
+    return f"{count} example snapshots resolve"
+
+
+CHECKS: list[Check] = [
+    Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
+    Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
+]
