@@ -7,6 +7,7 @@ violations; an empty list means the state satisfies the whole specification.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,9 +126,9 @@ def invariant(inv: str, name: str, clause: str) -> Callable[[Check], Check]:
 
 
 def per_run(fn: Callable[[RunView], list[str]]) -> Check:
+    @functools.wraps(fn)
     def check(view: SystemView) -> list[str]:
         return [f"Run {rv.run['id']}: {m}" for rv in view.runs for m in fn(rv)]
-    check.__doc__ = fn.__doc__
     return check
 
 
