@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from generate import demo_plan
 from qlwf.model.cancellation import resolve_cancellation
 from qlwf.model.frontier import resolve_frontier
+from qlwf.model.records import shared_plan, shared_step_run
 from qlwf.model.system import WorkflowSystem
 
 N = 128
@@ -50,10 +51,14 @@ def snapshots(name: str, steps: list[tuple[str, list[str]]]) -> tuple[dict[str, 
     return frontier, cancel
 
 
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm caches
+def median_ms(fn: Callable[[], Any], repeat: int, cold: bool) -> float:
+    """Median ms per call; `cold` empties the normalization memo before every call (decisions Q-7)."""
+    fn()
     samples = []
     for _ in range(repeat):
+        if cold:
+            shared_plan.clear()
+            shared_step_run.clear()
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
@@ -64,12 +69,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
-    print(f"{'shape':<12} {'frontier ms':>12} {'cancel ms':>10}   (median of {args.repeat}, {N} steps)")
+    print(f"median ms per call over {args.repeat} calls, {N}-step plans; warm = repeated snapshot "
+          "(normalization memo hit), cold = memo emptied before each call")
+    print(f"{'shape':<12} {'frontier warm':>14} {'frontier cold':>14} {'cancel warm':>12} {'cancel cold':>12}")
     for name, steps in shapes().items():
         frontier, cancel = snapshots(name, steps)
-        f = median_ms(lambda s=frontier: resolve_frontier(s), args.repeat)
-        c = median_ms(lambda s=cancel: resolve_cancellation(s), args.repeat)
-        print(f"{name:<12} {f:>12.3f} {c:>10.3f}")
+        cells = [median_ms(lambda f=fn, s=snap: f(s), args.repeat, cold)
+                 for fn, snap in ((resolve_frontier, frontier), (resolve_cancellation, cancel))
+                 for cold in (False, True)]
+        print(f"{name:<12} {cells[0]:>14.3f} {cells[1]:>14.3f} {cells[2]:>12.3f} {cells[3]:>12.3f}")
 
 
 if __name__ == "__main__":

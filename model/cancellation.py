@@ -17,7 +17,7 @@ from .records import (
     normalize_task_receipt,
     shared_step_run,
 )
-from .steprun import transition_step_run_mutation
+from .steprun import transition_normalized_mutation
 from .values import INT31_MAX, is_int, is_int31
 
 CANCEL_FAIL = Failer(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
@@ -181,7 +181,7 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
             command["errorSummary"] = decision.error_summary
         if v >= INT31_MAX or seq >= INT31_MAX:
             fail("Run counters would overflow")
-        mutations.append(transition_step_run_mutation(
+        mutations.append(transition_normalized_mutation(
             s, command, {"expectedRunVersion": v, "expectedRunEventSequence": seq, "eventId": f"wcs:{d}",
                          "dedupeKey": f"wcs:{d}", "actor": ACTOR}))
         v, seq = v + 1, seq + 1

@@ -8,7 +8,7 @@ from . import ids
 from . import tables as T
 from .errors import Invalid, QlwfError
 from .records import Failer, Record, is_array, is_object, shared_plan, shared_step_run
-from .steprun import transition_step_run_mutation
+from .steprun import transition_normalized_mutation
 from .values import is_int
 
 FRONTIER_FAIL = Failer(T.FAMILIES["frontier"].invalid or "", "snapshot_invalid")
@@ -146,7 +146,7 @@ def resolve_frontier(snapshot: Any, *, explain: dict[str, str] | None = None) ->
                            "mutationId": mutation_id, "to": target, "atMs": observed}
         if target == "skipped":
             command["resultCode"] = T.FRONTIER_SKIP_RESULT_CODE
-        mutations.append(transition_step_run_mutation(
+        mutations.append(transition_normalized_mutation(
             s, command, {"expectedRunVersion": v, "expectedRunEventSequence": seq, "eventId": event_id,
                          "dedupeKey": event_id, "actor": RECONCILER}))
         projected[step["stepKey"]] = target

@@ -315,16 +315,22 @@ def seal_step_run(s: Record) -> Record:
     return {**body, "stepRunDigest": step_run_digest(body)}
 
 
-def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:
+def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, bytes]:
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
-    invariants and size are checked; types hold by construction. One encoding serves both."""
+    invariants and size are checked; types hold by construction. Returns the record and its full
+    canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again."""
     body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
     problem = step_run_invariant_violation(body)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
     raw = canonical_json(body)
     fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
-    return {**body, "stepRunDigest": digest_bytes(T.DOMAIN_STEP_RUN, raw)}
+    digest = digest_bytes(T.DOMAIN_STEP_RUN, raw)
+    return {**body, "stepRunDigest": digest}, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
+
+
+def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:
+    return sealed_step_run_bytes(s, fail)[0]
 
 
 # --------------------------------------------------------------------------------------------------

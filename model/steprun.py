@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import tables as T
-from .canonical import json_digest
+from .canonical import canonical_json, digest_bytes, json_digest
 from .errors import Conflict
 from .records import (
     STEP_FAIL,
@@ -17,7 +17,7 @@ from .records import (
     make_event,
     normalize_step_run,
     seal_step_run,
-    self_check_step_run,
+    sealed_step_run_bytes,
     shared_step_run,
 )
 from .values import (
@@ -65,10 +65,10 @@ def state_conflict(message: str) -> Conflict:
 
 def transition_step_run(current: Any, command: Any) -> Record:
     """Apply one transition (state-machines.md §3.2); the first failing check wins."""
-    return _transition(normalize_step_run(current), command)
+    return _transition(normalize_step_run(current), command)[0]
 
 
-def _transition(cur: Record, command: Any) -> Record:
+def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
     exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
@@ -131,7 +131,7 @@ def _transition(cur: Record, command: Any) -> Record:
     nxt["updatedAtMs"] = at
     nxt["lastMutationId"] = command["mutationId"]
     # Self-check (§3.2): the produced record must satisfy the record invariants.
-    return self_check_step_run(nxt)
+    return sealed_step_run_bytes(nxt)
 
 
 def _check_context(context: Any) -> Record:
@@ -167,7 +167,7 @@ def mutation_event(step_run: Record, previous_status: str | None, context: Recor
     ) | ({"dedupeKey": context["dedupeKey"]} if context["dedupeKey"] != context["eventId"] else {})
 
 
-def _mutation(previous: Record | None, step_run: Record, context: Record) -> Record:
+def _mutation(previous: Record | None, step_run: Record, context: Record, step_bytes: bytes | None = None) -> Record:
     m = {
         "schema": T.SCHEMA_STEP_RUN_MUTATION,
         "mutationId": step_run["lastMutationId"],
@@ -180,15 +180,26 @@ def _mutation(previous: Record | None, step_run: Record, context: Record) -> Rec
         "stepRun": step_run,
         "event": mutation_event(step_run, None if previous is None else previous["status"], context),
     }
-    m["mutationDigest"] = mutation_digest(m)
+    m["mutationDigest"] = mutation_digest(m) if step_bytes is None else _spliced_digest(m, step_bytes)
     return m
+
+
+def _spliced_digest(m: Record, step_bytes: bytes) -> str:
+    """mutation_digest(m) with the already encoded StepRun spliced in (same bytes, one encoding less)."""
+    head = canonical_json({k: m[k] for k in MUTATION_KEYS[:8]})
+    body = head[:-1] + b',"stepRun":' + step_bytes + b',"event":' + canonical_json(m["event"]) + b"}"
+    return digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, body)
 
 
 def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Record:
     """§3.3: the transition wrapped in a StepRunMutation with its event."""
-    cur = shared_step_run(current)
-    step_run = _transition(cur, command)
-    return _mutation(cur, step_run, _check_context(context))
+    return transition_normalized_mutation(shared_step_run(current), command, context)
+
+
+def transition_normalized_mutation(cur: Record, command: Any, context: Any) -> Record:
+    """transition_step_run_mutation for a StepRun the caller has already normalized."""
+    step_run, step_bytes = _transition(cur, command)
+    return _mutation(cur, step_run, _check_context(context), step_bytes)
 
 
 CREATE_FIELDS = ("id", "runId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
