@@ -682,3 +682,5 @@ from .memo import ExactMemo  # noqa: E402 - needs the normalizers above
 
 shared_plan = ExactMemo(normalize_plan, 64)
 shared_step_run = ExactMemo(normalize_step_run, 8192)
+shared_admission_receipt = ExactMemo(normalize_admission_receipt, 64)
+shared_task_receipt = ExactMemo(normalize_task_receipt, 4096)

@@ -49,11 +49,12 @@ from .records import (
     exact_keys,
     lease_problem,
     make_event,
-    normalize_admission_receipt,
     normalize_binding,
     normalize_plan,
-    normalize_step_run,
-    normalize_task_receipt,
+    shared_admission_receipt,
+    shared_plan,
+    shared_step_run,
+    shared_task_receipt,
 )
 from .recovery import build_task_recovery
 from .state import State, Tx
@@ -124,8 +125,8 @@ def load_run(state: State, ctx: Ctx, run_id: str) -> Loaded:
         raise ctx.unavailable("admission_drift", f"Run {run_id} has {len(admissions)} admissions")
     adm = admissions[0]
     try:
-        plan = normalize_plan(adm["plan"])
-        normalize_admission_receipt(adm["receipt"])
+        plan = shared_plan(adm["plan"])
+        shared_admission_receipt(adm["receipt"])
     except QlwfError as e:
         raise ctx.unavailable("plan_drift", e.message) from e
     if plan["planDigest"] != adm["planDigest"]:
@@ -145,7 +146,7 @@ def load_step(state: State, ctx: Ctx, loaded: Loaded, step_run_id: str) -> Recor
     if s is None or s["runId"] != loaded.run["id"]:
         raise ctx.conflict("step_missing", f"StepRun {step_run_id} of Run {loaded.run['id']} does not exist")
     try:
-        normalize_step_run(s)
+        shared_step_run(s)
     except QlwfError as e:
         raise ctx.unavailable("step_drift", e.message) from e
     p = next((p for p in loaded.plan["steps"] if p["stepRunId"] == s["id"]), None)
@@ -194,7 +195,7 @@ def _check_receipt(ctx: Ctx, attempt: Record, receipt: Record | None) -> Record:
     try:
         if receipt is None:
             raise Invalid("", "", "missing")
-        r = normalize_task_receipt(receipt)
+        r = shared_task_receipt(receipt)
     except QlwfError as e:
         raise ctx.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e.message}") from e
     if attempt_problem(attempt) or (r["attemptId"], r["runId"], r["stepRunId"], r["attemptNumber"], r["executorType"],
