@@ -9,24 +9,31 @@ State identity (the abstraction, which makes the space finite)
 Two concrete states are the same explored state when they agree on
 * the Run: status, cancelReason, errorCode;
 * every StepRun (by step key): status, version, attemptCount, resultCode, readyAtMs set or not;
-* every attempt, by (step key, ordinal within the step) — Run-global attempt numbers only record
-  the admission interleaving of independent steps: status, errorCode, startedAtMs set, deadline
-  (none / pending / passed), exitCode (none / 0 / non-zero), callbackSequence, whether its StepRun is
-  still at the admitted epoch, whether a task timeout request was written, and its lease as (status,
-  leaseGeneration, releaseReason, live or expired);
-* time, abstracted to what changes behaviour: which lease expiries and task deadlines have passed,
-  the order (with ties) of the pending ones, and whether some pending timer was set at the current
-  instant (a timer set now ties with another one set now, and with nothing set earlier).
-Forgotten: timestamps (replaced by the above), identifiers and digests (functions of the rest and of
-time), Run version/eventSequence and lease versions (event and renew counts), worker identities
-(the two workers are symmetric: only "the holder" and "the other one" matter to every fence).
+* every attempt, by (step key, ordinal within the step) -- Run-global attempt numbers only record
+  the admission interleaving of independent steps: status, errorCode, startedAtMs set, exitCode
+  (none / 0 / non-zero), callbackSequence, whether its StepRun is still at the admitted epoch,
+  whether a task timeout request was written, its deadline (none; for an active attempt pending or
+  passed, for a terminal one just "set"), and its lease as (status, leaseGeneration, releaseReason,
+  live or expired while `leased`);
+and the two are images of each other under an automorphism of the DAG shape (symmetric steps are
+interchangeable). Forgotten: timestamps (time is reduced to the live/expired and pending/passed bits
+above), identifiers and digests (functions of the rest and of time), Run version/eventSequence and
+lease versions (event and renew counts), worker identities (the two workers are symmetric: every
+fence only asks "the holder or the other one").
 
-Finiteness: one Run per shape; the worker pair {w1, w2}; lease duration = task timeout = D (so
-timers expire in the order they were set); at most `max_attempts` attempts per StepRun (one requeue
-with the default 2) and `max_generations` lease generations per attempt; cancel reasons `user` and
-`timeout`; exit codes 0 and 1; release reason `declined`; recovery evidence not_running, running and
-unknown. Time moves only by `tick` (half-way to the next timer, offered while a timer set at the
-current instant exists) and `expire` (to the next pending timer instant).
+Time discipline. Leases last L = 600000 ms, task timeouts are S = 10000 ms, and time moves only by
+two harness steps: `deadlines` (to the last pending task deadline, offered while one is pending) and
+`expire` (to the last pending instant of any timer: every lease and deadline passes). A lease is
+always set after the last `expire`, and at most one `deadlines` step follows each start, so with
+L > (starts + 1) x S no lease can pass during a `deadlines` step (asserted). Under this discipline the
+bits above determine every enabled command and its outcome: the abstraction is exact, and every
+time-driven choice that changes behaviour (a lease live or expired, a deadline passed or not, a
+deadline passed while the lease is still live) is reachable.
+
+Finiteness: one Run per shape; the worker pair {w1, w2}; at most `max_attempts` attempts per StepRun
+(one requeue with the default 2) and `max_generations` lease generations per attempt; cancel reasons
+`user` and `timeout`; exit codes 0 and 1; release reason `declined`; recovery evidence
+not_running, running and unknown.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ Key = tuple[Any, ...]
 
 INITIAL_CLOCK = 1_000_000
 LEASE_MS = 600_000
+TIMEOUT_MS = 10_000
 RUN_ID = "run-x"
 PLAN_ID = "plan-x"
 WORKERS = ("w1", "w2")
@@ -110,30 +118,47 @@ def shape_name(shape: Shape) -> str:
 # ------------------------------------------------------------------------------------------------
 # The abstraction
 @dataclass(frozen=True)
+class Alphabet:
+    """The bounded choices offered to the workers and the operator for one shape."""
+
+    max_attempts: int  # attempts per StepRun (requeues + 1)
+    max_generations: int  # lease generations per attempt (claims)
+    deadlines: bool  # start_attempt also with timeoutMs = S, and the `deadlines` time step
+    renew: bool  # renew_lease by the holder
+    evidence: tuple[str, ...] = ("not_running", "running", "unknown")
+    exit_codes: tuple[int, ...] = (0, 1)
+    cancel_reasons: tuple[str, ...] = ("user", "timeout")
+    workers: tuple[str, ...] = WORKERS
+
+
+FULL = Alphabet(max_attempts=2, max_generations=2, deadlines=True, renew=True)
+PAIR = Alphabet(max_attempts=2, max_generations=1, deadlines=True, renew=False)
+COUPLING = Alphabet(max_attempts=1, max_generations=1, deadlines=False, renew=False)
+
+
+def default_alphabet(n_steps: int) -> Alphabet:
+    """Richness shrinks as shapes grow so that the product of independent steps stays explorable."""
+    return FULL if n_steps == 1 else PAIR if n_steps == 2 else COUPLING
+
+
+@dataclass(frozen=True)
 class Config:
     max_steps: int
     max_depth: int | None = None
-    max_attempts: int = 2
-    max_generations: int = 2
-    lease_ms: int = LEASE_MS
-    cancel_reasons: tuple[str, ...] = ("user", "timeout")
-    exit_codes: tuple[int, ...] = (0, 1)
-    evidence: tuple[str, ...] = ("not_running", "running", "unknown")
     check_liveness: bool = True
     stop_on_violation: bool = False
+    alphabet: Callable[[int], Alphabet] = default_alphabet
+    lease_ms: int = LEASE_MS
+    timeout_ms: int = TIMEOUT_MS
 
 
-def _timers(state: State) -> list[tuple[int, Key]]:
-    """Pending timers: (instant, (stepRunId, attempt ordinal, 'lease' | 'deadline'))."""
-    out = []
-    for step_id, attempts in _attempts_by_step(state).items():
-        for i, a in enumerate(attempts):
-            lease = state.leases.get(a["id"])
-            if lease is not None and lease["status"] == "leased" and lease["expiresAtMs"] > state.clock:
-                out.append((lease["expiresAtMs"], (step_id, i, "lease")))
-            if a["status"] in T.ACTIVE_ATTEMPT and a.get("deadlineAtMs", 0) > state.clock:
-                out.append((a["deadlineAtMs"], (step_id, i, "deadline")))
-    return out
+def _timers(state: State) -> tuple[list[int], list[int]]:
+    """Instants of the pending lease expiries and of the pending task deadlines of active attempts."""
+    leases = [lease["expiresAtMs"] for lease in state.leases.values()
+              if lease["status"] == "leased" and lease["expiresAtMs"] > state.clock]
+    deadlines = [a["deadlineAtMs"] for a in state.attempts.values()
+                 if a["status"] in T.ACTIVE_ATTEMPT and a.get("deadlineAtMs", 0) > state.clock]
+    return leases, deadlines
 
 
 def _attempts_by_step(state: State) -> dict[str, list[Record]]:
@@ -150,30 +175,47 @@ def _attempt_key(state: State, a: Record, step: Record, timeout_requested: set[s
         lease["status"], lease["leaseGeneration"], lease.get("releaseReason"),
         lease["status"] == "leased" and lease["expiresAtMs"] > state.clock)
     deadline = a.get("deadlineAtMs")
+    if deadline is not None:
+        deadline = "passed" if deadline <= state.clock else "pending" if a["status"] in T.ACTIVE_ATTEMPT else "set"
     exit_code = a.get("exitCode")
-    return (a["status"], a.get("errorCode"), "startedAtMs" in a,
-            None if deadline is None else deadline <= state.clock,
+    return (a["status"], a.get("errorCode"), "startedAtMs" in a, deadline,
             None if exit_code is None else exit_code == 0, a["callbackSequence"],
             (step["version"], step["stepRunDigest"]) == (receipt["stepRunVersion"], receipt["stepRunDigest"]),
             a["id"] in timeout_requested, lease_key)
 
 
-def abstract_state(state: State, lease_ms: int = LEASE_MS) -> Key:
-    """The explored state's identity (see the module docstring)."""
+def automorphisms(shape: Shape) -> list[tuple[int, ...]]:
+    """Node permutations that map the shape's edge set onto itself (the identity first)."""
+    n, edges = shape
+    edge_set = set(edges)
+    return [p for p in itertools.permutations(range(n)) if {(p[a], p[b]) for a, b in edges} == edge_set]
+
+
+def _rename(key: Key, names: dict[str, str]) -> Key:
+    runs, steps = key
+    return runs, tuple(sorted(((names[s[0]], *s[1:]) for s in steps), key=lambda s: s[0]))
+
+
+def canonical_key(key: Key, renamings: list[dict[str, str]]) -> Key:
+    """The least (by repr) of the key's images under the shape's automorphisms."""
+    if len(renamings) <= 1:
+        return key
+    return min((_rename(key, names) for names in renamings), key=repr)
+
+
+def abstract_state(state: State) -> Key:
+    """The explored state's identity before symmetry reduction (see the module docstring)."""
     timeout_requested = {e.get("attemptId", "") for events in state.events.values() for e in events
                          if e["type"] == "workflow.task_timeout_requested"}
     by_step = _attempts_by_step(state)
     runs = tuple((r["id"], r["status"], r.get("cancelReason"), r.get("errorCode"))
                  for r in sorted(state.runs.values(), key=lambda r: r["id"]))
     steps = tuple(
+        (s["id"], s["status"]) if s["status"] in T.TERMINAL_STEP else
         (s["id"], s["status"], s["version"], s["attemptCount"], s["resultCode"], s["readyAtMs"] is not None,
          tuple(_attempt_key(state, a, s, timeout_requested) for a in by_step.get(s["id"], [])))
         for s in sorted(state.step_runs.values(), key=lambda s: s["id"]))
-    timers = _timers(state)
-    instants = sorted({t for t, _ in timers})
-    order = tuple(sorted((k, instants.index(t)) for t, k in timers))
-    fresh = bool(instants) and instants[-1] == state.clock + lease_ms
-    return runs, steps, order, fresh
+    return runs, steps
 
 
 # ------------------------------------------------------------------------------------------------
@@ -187,20 +229,18 @@ def _command(name: str, **args: Any) -> Action:
     return Action({"op": "command", "name": name, "args": args})
 
 
-def time_actions(state: State, lease_ms: int) -> Iterator[Action]:
-    timers = _timers(state)
-    if not timers:
-        return
-    earliest = min(t for t, _ in timers)
-    yield Action({"op": "advance_time", "deltaMs": earliest - state.clock})
-    if max(t for t, _ in timers) == state.clock + lease_ms:
-        gap = earliest - state.clock
-        if gap < 2:
-            raise RuntimeError("explorer time abstraction cannot be realized: no room for a tick")
-        yield Action({"op": "advance_time", "deltaMs": gap // 2})
+def time_actions(state: State) -> Iterator[Action]:
+    leases, deadlines = _timers(state)
+    if deadlines:
+        last = max(deadlines)
+        if leases and min(leases) <= last:
+            raise RuntimeError("explorer time discipline broken: a lease would pass during a deadlines step")
+        yield Action({"op": "advance_time", "deltaMs": last - state.clock})
+    if leases and (not deadlines or max(leases) > max(deadlines)):
+        yield Action({"op": "advance_time", "deltaMs": max(leases) - state.clock})
 
 
-def run_actions(run: Record, cfg: Config) -> Iterator[Action]:
+def run_actions(run: Record, cfg: Alphabet) -> Iterator[Action]:
     rid = run["id"]
     yield _command("advance_frontier", runId=rid)
     for reason in cfg.cancel_reasons:
@@ -209,13 +249,13 @@ def run_actions(run: Record, cfg: Config) -> Iterator[Action]:
     yield _command("converge_cancellation_page", limit=8)
 
 
-def attempt_actions(state: State, a: Record, cfg: Config) -> Iterator[Action]:
+def attempt_actions(state: State, a: Record, cfg: Alphabet, lease_ms: int, timeout_ms: int) -> Iterator[Action]:
     aid, st = a["id"], a["status"]
     lease = state.leases.get(aid)
     generation = 0 if lease is None else lease["leaseGeneration"]
     if st == "claimed" and generation < cfg.max_generations:
-        for w in WORKERS:
-            yield _command("claim_lease", attemptId=aid, workerId=w, durationMs=cfg.lease_ms)
+        for w in cfg.workers:
+            yield _command("claim_lease", attemptId=aid, workerId=w, durationMs=lease_ms)
     if lease is None or lease["status"] != "leased":
         return
     if lease["expiresAtMs"] <= state.clock:
@@ -223,11 +263,13 @@ def attempt_actions(state: State, a: Record, cfg: Config) -> Iterator[Action]:
             yield _command("recover_attempt", attemptId=aid, evidence=ev)
         return
     fence = {"attemptId": aid, "workerId": lease["workerId"], "leaseGeneration": generation}
-    yield _command("renew_lease", **fence, durationMs=cfg.lease_ms)
+    if cfg.renew:
+        yield _command("renew_lease", **fence, durationMs=lease_ms)
     if st == "claimed":
         yield _command("release_lease", **fence, reason="declined")
         yield _command("start_attempt", **fence, timeoutMs=None)
-        yield _command("start_attempt", **fence, timeoutMs=cfg.lease_ms)
+        if cfg.deadlines:
+            yield _command("start_attempt", **fence, timeoutMs=timeout_ms)
     if st == "starting":
         yield _command("record_running", **fence)
         yield _command("fail_start", **fence)
@@ -236,7 +278,8 @@ def attempt_actions(state: State, a: Record, cfg: Config) -> Iterator[Action]:
             yield _command("complete_attempt", **fence, exitCode=code)
 
 
-def actions(state: State, cfg: Config) -> list[Action]:
+def actions(state: State, cfg: Alphabet, lease_ms: int = LEASE_MS, timeout_ms: int = TIMEOUT_MS) -> list[Action]:
+    """Every choice offered in `state` (commands first, then the time steps)."""
     out: list[Action] = []
     by_step = _attempts_by_step(state)
     for run in sorted(state.runs.values(), key=lambda r: r["id"]):
@@ -250,8 +293,8 @@ def actions(state: State, cfg: Config) -> list[Action]:
     for attempts in by_step.values():
         for a in attempts:
             if a["status"] in T.ACTIVE_ATTEMPT:
-                out += attempt_actions(state, a, cfg)
-    out += time_actions(state, cfg.lease_ms)
+                out += attempt_actions(state, a, cfg, lease_ms, timeout_ms)
+    out += time_actions(state)
     return out
 
 
@@ -348,13 +391,20 @@ def _check_state(state: State, cfg: Config) -> list[tuple[str, str, list[TraceSt
 
 def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
     report = ShapeReport(shape_name(shape))
+    alphabet = cfg.alphabet(shape[0])
     plan = build_plan(RUN_ID, PLAN_ID, shape_needs(shape), INITIAL_CLOCK)
     admit: TraceStep = {"op": "command", "name": "admit_workflow", "args": {"plan": plan}}
     out = apply(State(clock=INITIAL_CLOCK), {"name": "admit_workflow", "args": {"plan": plan}})
     if out.error is not None:
         raise RuntimeError(f"shape {report.shape} does not admit: {out.error}")
     report.rules |= set(out.rules)
-    root = abstract_state(out.state, cfg.lease_ms)
+    renamings = [{f"{RUN_ID}:{step_key(i)}": f"{RUN_ID}:{step_key(p[i])}" for i in range(shape[0])}
+                 for p in automorphisms(shape)]
+
+    def identity(s: State) -> Key:
+        return canonical_key(abstract_state(s), renamings)
+
+    root = identity(out.state)
     parents: dict[Key, tuple[Key | None, TraceStep]] = {root: (None, admit)}
     queue: deque[tuple[State, Key, int]] = deque([(out.state, root, 0)])
     while queue:
@@ -367,7 +417,7 @@ def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
             return report
         if cfg.max_depth is not None and depth >= cfg.max_depth:
             continue
-        for action in actions(state, cfg):
+        for action in actions(state, alphabet, cfg.lease_ms, cfg.timeout_ms):
             new, outcome = take(state, action)
             report.transitions += 1
             if outcome is not None:
@@ -378,8 +428,8 @@ def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
                 status = outcome.result.get("status") if outcome.result else None
                 if status in NO_WRITE and new is not state:
                     report.findings.append(Finding(report.shape, "no-write", f"{status} changed the state",
-                                                   _path(parents, key) + [action.step]))
-            new_key = abstract_state(new, cfg.lease_ms)
+                                                   [*_path(parents, key), action.step]))
+            new_key = identity(new)
             if new_key not in parents:
                 parents[new_key] = (key, action.step)
                 queue.append((new, new_key, depth + 1))

@@ -693,8 +693,12 @@ def inv29(view: SystemView) -> list[str]:
             step = next(p for p in adm["plan"]["steps"] if p["stepRunId"] == x["id"])
             binding = consistent_binding(adm["plan"], step)
             now = max(s.clock, *(e["createdAtMs"] for e in s.events_of(x["runId"])))
-            res = apply(s.with_clock(now), {"name": "admit_task_attempt",
-                                            "args": {"runId": x["runId"], "stepRunId": x["id"], "binding": binding}})
+            try:
+                res = apply(s.with_clock(now), {"name": "admit_task_attempt", "args": {
+                    "runId": x["runId"], "stepRunId": x["id"], "binding": binding}})
+            except Exception as e:  # noqa: BLE001 - a crash is reported as the violation it reveals
+                out.append(f"admitting candidate StepRun {x['id']} crashes: {type(e).__name__}: {e}")
+                continue
             exhausted = res.error is not None and res.error.reason == "attempt_numbers_exhausted"
             if not exhausted and (res.error is not None or res.result is None or res.result["status"] != "created"):
                 out.append(f"candidate StepRun {x['id']} is not admissible: {res.error}")

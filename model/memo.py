@@ -19,6 +19,26 @@ from .canonical import canonical_text
 Normalizer = Callable[[Any], dict[str, Any]]
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def is_plain_json(x: Any) -> bool:
+    """True when x is built only from dict (str keys), list, str, int, float, bool and None, exactly."""
+    stack = [x]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is dict:
+            if any(type(k) is not str for k in node):
+                return False
+            stack.extend(node.values())
+        elif t is list:
+            stack.extend(node)
+        elif t not in _SCALARS:
+            return False
+    return True
+
+
 class ExactMemo:
     def __init__(self, fn: Normalizer, size: int) -> None:
         self.fn = fn
@@ -26,10 +46,11 @@ class ExactMemo:
         self.entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def __call__(self, x: Any) -> dict[str, Any]:
-        try:
-            key = canonical_text(x)
-        except (TypeError, ValueError):  # not JSON at all: let the normalizer reject it
+        # Only plain JSON values are keyed: the JSON text alone would confuse a tuple with a list or
+        # a dict subclass with a dict, which the normalizers must reject.
+        if not is_plain_json(x):
             return self.fn(x)
+        key = canonical_text(x)
         hit = self.entries.get(key)
         if hit is not None:
             self.entries.move_to_end(key)

@@ -106,8 +106,9 @@ class Tx:
 
     def append_event(self, event: Record) -> None:
         events = self.table("events")
+        # Sequences come from the Run counters; on a drifted state they may leave a gap, which
+        # INV-1/INV-2 then report (the model never asserts on stored data).
         log = events.get(event["runId"], ())
-        assert event["sequence"] == len(log) + 1, "model bug: event sequence not contiguous"
         events[event["runId"]] = (*log, event)
 
     def commit(self) -> State:

@@ -239,13 +239,43 @@ def ledger_entry(mutation: Record, committed_at_ms: int) -> Record:
     }
 
 
+def normalize_mutation(x: Any) -> Record:
+    """records.md §6.5: exact keys, value rules, record invariants, event rebuilt, digest."""
+    fail = STEP_FAIL
+    exact_keys(x, MUTATION_KEYS, (), fail, "StepRun mutation")
+    fail.check(x["schema"] == T.SCHEMA_STEP_RUN_MUTATION, "mutation schema mismatch")
+    step_run = normalize_step_run(x["stepRun"])
+    fail.check(is_identifier(x["mutationId"]) and x["mutationId"] == step_run["lastMutationId"],
+               "mutationId must equal stepRun.lastMutationId")
+    fail.check(x["runId"] == step_run["runId"], "runId must equal stepRun.runId")
+    fail.check(is_int31(x["expectedRunVersion"]) and is_int31(x["expectedRunEventSequence"]),
+               "expected Run counters must be INT31")
+    creation = x["expectedStepRunVersion"] is None
+    fail.check(creation == (x["expectedStepRunDigest"] is None) == (x["previousStatus"] is None),
+               "expectedStepRunVersion, expectedStepRunDigest and previousStatus are null together")
+    if not creation:
+        fail.check(is_int_in(x["expectedStepRunVersion"], 1, INT31_MAX) and is_digest(x["expectedStepRunDigest"])
+                   and x["previousStatus"] in T.STEP_STATUSES, "expected StepRun fields invalid")
+    fail.check(step_run["version"] == (x["expectedStepRunVersion"] or 0) + 1,
+               "stepRun.version must be expectedStepRunVersion + 1")
+    event = x["event"]
+    fail.check(is_object(event) and type(event.get("id")) is str and type(event.get("dedupeKey")) is str
+               and type(event.get("actorType")) is str, "mutation event invalid")
+    actor = {"type": event["actorType"], **({"id": event["actorId"]} if "actorId" in event else {})}
+    context = {"expectedRunVersion": x["expectedRunVersion"], "expectedRunEventSequence": x["expectedRunEventSequence"],
+               "eventId": event["id"], "dedupeKey": event["dedupeKey"], "actor": actor}
+    _check_context(context)
+    fail.check(event == mutation_event(step_run, x["previousStatus"], context),
+               "mutation event differs from the event rebuilt from the mutation")
+    m = {k: x[k] for k in MUTATION_KEYS[:-1]} | {"stepRun": step_run}
+    fail.check(is_digest(x["mutationDigest"]) and x["mutationDigest"] == mutation_digest(m), "mutationDigest mismatch")
+    return {**m, "mutationDigest": x["mutationDigest"]}
+
+
 def resolve_step_run_mutation(current: Record | None, mutation: Any) -> str:
     """§3.3 replay resolution: `existing`, `apply`, or a typed error."""
     fail = STEP_FAIL
-    exact_keys(mutation, MUTATION_KEYS, (), fail, "StepRun mutation")
-    new = normalize_step_run(mutation["stepRun"])
-    fail.check(is_object(mutation["event"]), "mutation event invalid")
-    fail.check(mutation["mutationDigest"] == mutation_digest(mutation), "mutationDigest mismatch")
+    new = normalize_mutation(mutation)["stepRun"]
     if current is not None:
         current = normalize_step_run(current)
         if current["lastMutationId"] == mutation["mutationId"]:

@@ -605,18 +605,20 @@ def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     now = ctx.now
     new_lease = lease | {"version": lease["version"] + 1, "renewedAtMs": now,
                          "expiresAtMs": now + args["durationMs"], "updatedAtMs": now}
-    _ceiling(ctx, new_lease["version"], run["version"] + 1)
+    deadline = a.get("deadlineAtMs")
+    writes_request = ("cancelRequestedAtMs" not in run and deadline is not None and deadline <= now
+                      and not _timeout_requested(state, a))
+    _ceiling(ctx, new_lease["version"], *((run["version"] + 1,) if writes_request else ()))
     tx = Tx(state, now)
     put_lease(tx, new_lease)
     new_attempt = a | {"leaseVersion": new_lease["version"], "leaseExpiresAtMs": new_lease["expiresAtMs"]}
     put_attempt(tx, new_attempt)
     ctx.fire("lease:renew")
     ctx.fire(f"attempt:renew.{a['status']}")
-    deadline = a.get("deadlineAtMs")
     if "cancelRequestedAtMs" in run:
         status, reason = "stop_requested", run["cancelReason"]
         ctx.fire("renew.stop.intent")
-    elif deadline is not None and deadline <= now and not _timeout_requested(state, a):
+    elif writes_request:
         counter = RunCounter(run)
         tx.append_event(_attempt_event(
             la, counter, "timeout_requested", lease["leaseGeneration"], "workflow.task_timeout_requested",

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-
 from qlwf.model.errors import QlwfError
 from qlwf.model.invariants import check_invariants, consistent_binding
 from qlwf.model.records import sign_plan
@@ -210,9 +209,9 @@ def raw_sign(unsigned: Record) -> Record:
     return {**unsigned, "planDigest": json_digest(DOMAIN_PLAN, unsigned)}
 
 
-def make_plan(dag: dict[str, list[str]] | None = None, **kw: Any) -> Record:
-    """A signed, normalized plan from {stepKey: needs}."""
-    steps = None if dag is None else [plan_step(k, n) for k, n in dag.items()]
+def make_plan(dag: dict[str, list[str]] | None = None, *, prefix: str = "sr-", **kw: Any) -> Record:
+    """A signed, normalized plan from {stepKey: needs}; StepRun ids are `prefix` + stepKey."""
+    steps = None if dag is None else [plan_step(k, n, step_run_id=prefix + k) for k, n in dag.items()]
     return sign_plan(unsigned_plan(steps, **kw))
 
 
@@ -363,7 +362,7 @@ class Sim:
         self.state = state if state is not None else State(clock=clock)
         self.check = True
 
-    def apply(self, name: str, at: int | None = None, **args: Any) -> Outcome:
+    def apply(self, name: str, at: int | None = None, /, **args: Any) -> Outcome:
         before = self.state
         out = apply(self.state, {"name": name, "args": args}, at)
         if out.error is not None:
@@ -374,13 +373,14 @@ class Sim:
             assert not violations, f"after {name}: " + "; ".join(map(str, violations))
         return out
 
-    def do(self, name: str, at: int | None = None, **args: Any) -> Record:
+    def do(self, name: str, at: int | None = None, /, **args: Any) -> Record:
         out = self.apply(name, at, **args)
         assert out.error is None, f"{name} failed: {out.error.with_message() if out.error else ''}"
         assert out.result is not None
         return out.result
 
-    def refuse(self, name: str, cls: str, code: str, reason: str, at: int | None = None, **args: Any) -> QlwfError:
+    def refuse(self, name: str, cls: str, code: str, reason: str, at: int | None = None, /,
+               **args: Any) -> QlwfError:
         before = self.state.snapshot()
         out = self.apply(name, at, **args)
         err = assert_error(out.error, cls, code, reason)
@@ -393,6 +393,11 @@ class Sim:
     def at(self, t: int) -> None:
         assert t >= self.state.clock
         self.state = self.state.with_clock(t)
+
+    def rewind(self, t: int) -> None:
+        """Move the State clock backwards (a regressed storage clock, S-14); disables invariant checks."""
+        self.state = self.state.with_clock(t)
+        self.check = False
 
     def tamper(self, **fields: Any) -> None:
         """Replace whole State tables (drift injection); invariants are no longer asserted."""
@@ -475,6 +480,17 @@ def situation(stage: str = "admitted", *, plan: Record | None = None, timeout_ms
     return sc
 
 
+def readied(*, cancel: str | None = None) -> Scenario:
+    """The demo workflow after `fetch` succeeded (t=2000) and the frontier readied `report` (t=2500);
+    `cancel` then records intent at t=3000. The scenario's attempt is the completed `fetch` attempt."""
+    sc = situation("admitted")
+    sc.attempt_id = finish_step(sc.sim, sc.run_id, sc.plan, "fetch", at=2000)
+    sc.sim.do("advance_frontier", 2500, runId=sc.run_id)
+    if cancel is not None:
+        sc.sim.do("request_cancel", 3000, runId=sc.run_id, reason=cancel, actor={"type": "user", "id": "alice"})
+    return sc
+
+
 def finish_step(sim: Sim, run_id: str, plan: Record, step_key: str, exit_code: int = 0, at: int | None = None,
                 worker: str = "w1") -> str:
     """Admit, lease, start, run and complete the ready StepRun of `step_key`; returns the attempt id."""
@@ -488,3 +504,28 @@ def finish_step(sim: Sim, run_id: str, plan: Record, step_key: str, exit_code: i
     sim.do("record_running", t, **fence)
     sim.do("complete_attempt", t, exitCode=exit_code, **fence)
     return aid
+
+
+# --------------------------------------------------------------------------------------------------
+# Drift injection on a Sim (unreachable situations that exercise later numbered checks)
+def tamper_run_terminal(sim: Sim, run_id: str = "run-0001", status: str = "failed") -> None:
+    run = {**sim.run(run_id), "status": status, "finishedAtMs": sim.state.clock}
+    if status != "succeeded":
+        run["errorCode"] = "workflow_step_failed"
+    sim.put("runs", run_id, ordered(run, RUN_KEYS))
+
+
+def tamper_step_epoch(sim: Sim, step_run_id: str) -> None:
+    """Move a ready StepRun to a new epoch (ready → ready refresh) without touching its attempt."""
+    s = sim.step(step_run_id)
+    sim.put("step_runs", step_run_id, seal_step_run({**s, "version": s["version"] + 1,
+                                                     "lastMutationId": f"tamper-{s['version'] + 1}"}))
+
+
+def tamper_step_exhausted(sim: Sim, attempt_id: str) -> None:
+    """attemptCount = 64 on the attempt's StepRun, keeping the receipt's epoch digest in step."""
+    a = sim.attempt(attempt_id)
+    s = seal_step_run({**sim.step(a["stepRunId"]), "attemptCount": 64})
+    sim.put("step_runs", s["id"], s)
+    r = sim.state.receipts[attempt_id]
+    sim.put("receipts", attempt_id, seal_task_receipt({**r, "stepRunDigest": s["stepRunDigest"]}))
