@@ -32,11 +32,13 @@ def tables_md() -> str:
     out += ["", "## Attempt transitions (§4)", "", _row("rule", "from", "to", "command", "Run Δ"),
             _row("---", "---", "---", "---", "---")]
     out += [_row(r.rule, r.source, r.target, r.command, r.run_delta) for r in T.ATTEMPT_TRANSITIONS]
-    out += ["", "## Lease transitions (§5)", "", _row("rule", "from", "to", "command"), _row("---", "---", "---", "---")]
+    out += ["", "## Lease transitions (§5)", "", _row("rule", "from", "to", "command"),
+            _row("---", "---", "---", "---")]
     out += [_row(r.rule, r.source, r.target, r.command) for r in T.LEASE_TRANSITIONS]
     out += ["", "## Run transitions (§2)", "", _row("from", "to", "command", "guard"), _row("---", "---", "---", "---")]
     out += [_row(r.source, r.target, r.command, r.guard) for r in T.RUN_TRANSITIONS]
-    out += ["", "## Terminal aggregate AGG (§1)", "", "Open status present → none; otherwise the first matching row:", "",
+    out += ["", "## Terminal aggregate AGG (§1)", "",
+            "Open status present → none; otherwise the first matching row:", "",
             _row("any status in", "Run status"), _row("---", "---")]
     out += [_row(", ".join(sorted(m)), r) for m, r in T.AGG_PRECEDENCE] + [_row("(all succeeded)", "succeeded")]
     out += ["", "## Completion mapping (task-attempts.md §7; first matching rule wins)", "",

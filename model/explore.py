@@ -389,7 +389,11 @@ def _check_state(state: State, cfg: Config) -> list[tuple[str, str, list[TraceSt
     return found
 
 
-def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
+Observer = Callable[[State, TraceStep, Any], None]
+
+
+def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None) -> ShapeReport:
+    """BFS over one shape; `observer(state, step, outcome)` sees every committed command transition."""
     report = ShapeReport(shape_name(shape))
     alphabet = cfg.alphabet(shape[0])
     plan = build_plan(RUN_ID, PLAN_ID, shape_needs(shape), INITIAL_CLOCK)
@@ -423,8 +427,13 @@ def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
             if outcome is not None:
                 if outcome.error is not None:
                     report.refusals += 1
+                    if new is not state:
+                        report.findings.append(Finding(report.shape, "no-write", f"error {outcome.error} changed "
+                                                       "the state", [*_path(parents, key), action.step]))
                     continue
                 report.rules |= set(outcome.rules)
+                if observer is not None:
+                    observer(state, action.step, outcome)
                 status = outcome.result.get("status") if outcome.result else None
                 if status in NO_WRITE and new is not state:
                     report.findings.append(Finding(report.shape, "no-write", f"{status} changed the state",
@@ -436,12 +445,13 @@ def explore_shape(shape: Shape, cfg: Config) -> ShapeReport:
     return report
 
 
-def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None) -> ExploreReport:
+def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
+            observer: Observer | None = None) -> ExploreReport:
     start = time.perf_counter()
     shapes: list[ShapeReport] = []
     for n in range(1, cfg.max_steps + 1):
         for shape in dag_shapes(n):
-            r = explore_shape(shape, cfg)
+            r = explore_shape(shape, cfg, observer)
             shapes.append(r)
             if progress is not None:
                 progress(r)

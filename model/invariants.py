@@ -288,7 +288,8 @@ def inv8(rv: RunView) -> list[str]:
         for entry in ledger:
             e = rv.event_by_id.get(entry["eventId"])
             want = "step.created" if entry["stepRun"]["version"] == 1 else f"step.{entry['stepRun']['status']}"
-            if e is None or e["sequence"] != entry["eventSequence"] or e["type"] != want or e.get("stepRunId") != s["id"]:
+            if (e is None or e["sequence"] != entry["eventSequence"] or e["type"] != want
+                    or e.get("stepRunId") != s["id"]):
                 out.append(f"StepRun {s['id']}: ledger entry {entry['mutationId']} has no matching {want} event")
             else:
                 m = rebuild_mutation(rv.state, entry, previous, e)
@@ -335,7 +336,8 @@ def inv10(rv: RunView) -> list[str]:
 def inv11(rv: RunView) -> list[str]:
     if rv.run["status"] == "running":
         return []
-    out = [f"StepRun {s['id']} is {s['status']} in a terminal Run" for s in rv.steps if s["status"] not in T.TERMINAL_STEP]
+    out = [f"StepRun {s['id']} is {s['status']} in a terminal Run" for s in rv.steps
+           if s["status"] not in T.TERMINAL_STEP]
     out += [f"attempt {a['id']} is active in a terminal Run" for a in rv.attempts if a["status"] in T.ACTIVE_ATTEMPT]
     out += [f"lease of {a['id']} is leased in a terminal Run" for a in rv.attempts
             if rv.state.leases.get(a["id"], {}).get("status") == "leased"]
@@ -438,7 +440,8 @@ def inv17(rv: RunView) -> list[str]:
     for s in rv.steps:
         if s["status"] != "skipped":
             continue
-        if s["resultCode"] != T.FRONTIER_SKIP_RESULT_CODE or s["errorSummary"] is not None or s["readyAtMs"] is not None:
+        if (s["resultCode"] != T.FRONTIER_SKIP_RESULT_CODE or s["errorSummary"] is not None
+                or s["readyAtMs"] is not None):
             out.append(f"StepRun {s['id']}: skipped shape invalid")
         if not any(rv.step_by_key[d]["status"] in T.BLOCKING_STEP for d in needs[s["stepKey"]]):
             out.append(f"StepRun {s['id']} skipped without a blocking direct need")
@@ -481,7 +484,8 @@ def inv20(rv: RunView) -> list[str]:
         if r is None or (r["runId"], r["stepRunId"], r["attemptNumber"], r["executorType"], r["admittedAtMs"]) != (
                 a["runId"], a["stepRunId"], a["attempt"], a["executorType"], a["createdAtMs"]):
             out.append(f"attempt {a['id']} has no matching receipt")
-        admitted = [e for e in rv.events if e["type"] == "workflow.task_attempt_admitted" and e.get("attemptId") == a["id"]]
+        admitted = [e for e in rv.events
+                    if e["type"] == "workflow.task_attempt_admitted" and e.get("attemptId") == a["id"]]
         if len(admitted) != 1:
             out.append(f"attempt {a['id']} has {len(admitted)} admission events")
     order = sorted(rv.attempts, key=lambda a: next((e["sequence"] for e in rv.events
@@ -502,7 +506,8 @@ def _coupling_problem(rv: RunView, a: Record) -> str | None:
     lease = rv.state.leases.get(a["id"])
     ls = lease["status"] if lease else None
     worker_released = ls == "released" and lease is not None and lease.get("releaseReason") in T.WORKER_RELEASE_REASONS
-    at_epoch = s["status"] == "ready" and s["version"] == r["stepRunVersion"] and s["stepRunDigest"] == r["stepRunDigest"]
+    at_epoch = (s["status"] == "ready" and s["version"] == r["stepRunVersion"]
+                and s["stepRunDigest"] == r["stepRunDigest"])
     st, cbs = a["status"], a["callbackSequence"]
     if st == "claimed":
         ok = (ls is None or worker_released or ls == "leased") and at_epoch and "startedAtMs" not in a and cbs == 0
@@ -648,7 +653,8 @@ def inv26(view: SystemView) -> list[str]:
 @invariant("INV-27", "Counter bounds", "D-12; records.md §2.3")
 def inv27(view: SystemView) -> list[str]:
     s = view.state
-    out = [f"Run {r['id']} counters overflow" for r in s.runs.values() if max(r["version"], r["eventSequence"]) > INT31_MAX]
+    out = [f"Run {r['id']} counters overflow" for r in s.runs.values()
+           if max(r["version"], r["eventSequence"]) > INT31_MAX]
     out += [f"StepRun {x['id']} version/attemptCount out of bounds" for x in s.step_runs.values()
             if x["version"] > INT31_MAX or not 0 <= x["attemptCount"] <= 1]
     out += [f"lease {k} counters overflow" for k, x in s.leases.items()
@@ -696,7 +702,7 @@ def inv29(view: SystemView) -> list[str]:
             try:
                 res = apply(s.with_clock(now), {"name": "admit_task_attempt", "args": {
                     "runId": x["runId"], "stepRunId": x["id"], "binding": binding}})
-            except Exception as e:  # noqa: BLE001 - a crash is reported as the violation it reveals
+            except Exception as e:
                 out.append(f"admitting candidate StepRun {x['id']} crashes: {type(e).__name__}: {e}")
                 continue
             exhausted = res.error is not None and res.error.reason == "attempt_numbers_exhausted"

@@ -87,7 +87,8 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     for key, value in supplied.items():
         fail.check(_OPTIONAL_RULES[key](value), f"{key} invalid")
     approval_ok = to == "waiting_approval" or (to == "running" and cur["status"] == "waiting_approval")
-    fail.check(to != "waiting_approval" or "approvalRequestId" in supplied, "waiting_approval requires approvalRequestId")
+    fail.check(to != "waiting_approval" or "approvalRequestId" in supplied,
+               "waiting_approval requires approvalRequestId")
     fail.check(not (to == "running" and cur["status"] == "waiting_approval")
                or supplied.get("approvalRequestId") == cur["approvalRequestId"],
                "running from waiting_approval requires the current approvalRequestId")
@@ -297,7 +298,8 @@ def resolve_step_run_mutation(current: Record | None, mutation: Any) -> str:
     for key in COMMAND_OPTIONAL:
         if new[key] is not None and key in ("outputRef", "resultCode", "errorSummary"):
             command[key] = new[key]
-    if new["status"] in ("waiting_approval",) or (new["status"] == "running" and current["status"] == "waiting_approval"):
+    if new["status"] == "waiting_approval" or (new["status"] == "running"
+                                                and current["status"] == "waiting_approval"):
         command["approvalRequestId"] = new["approvalRequestId"]
     fail.check(transition_step_run(current, command) == new, "mutation post-image differs from the transition")
     return "apply"

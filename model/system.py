@@ -1113,7 +1113,10 @@ def recovery_candidate_rows(state: State, now: int) -> list[tuple[tuple[Any, ...
     return sorted(rows, key=lambda kv: kv[0])
 
 
-def _query(rows_fn: Callable[[State, Ctx], list[tuple[tuple[Any, ...], Record]]]) -> Callable[..., tuple[Record, State]]:
+Rows = list[tuple[tuple[Any, ...], Record]]
+
+
+def _query(rows_fn: Callable[[State, Ctx], Rows]) -> Callable[..., tuple[Record, State]]:
     def run(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         limit, after = _page_args(ctx, args, ctx.command)
         rows = [row for key, row in rows_fn(state, ctx) if after is None or key > after]

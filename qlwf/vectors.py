@@ -30,7 +30,8 @@ def demo_unsigned_plan() -> dict[str, Any]:
                    "lockDigest": "1" * 64, "generation": 1, "generationDigest": "2" * 64,
                    "materializedRevisionDigest": "3" * 64, "publicationDigest": "4" * 64, "workflowId": "nightly",
                    "workflowDefinitionDigest": "5" * 64},
-        "steps": [step("sr-fetch", "fetch", "fetcher", "6", []), step("sr-report", "report", "reporter", "7", ["fetch"])],
+        "steps": [step("sr-fetch", "fetch", "fetcher", "6", []),
+                  step("sr-report", "report", "reporter", "7", ["fetch"])],
         "plannedAtMs": 1000,
     }
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from qlwf.model.oracle import FUNCTIONS, consult
 
 from qlwf.cmd_oracle import answer_line
-from qlwf.model.oracle import FUNCTIONS, consult
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
