@@ -84,6 +84,72 @@ class CommandPort(ABC):
     def close(self) -> None:
         """Release the store; later operations fail with Unavailable `storage_closed`."""
 
+    # ---- one method per command (commands.md §3); each is `execute` with the command's arguments ----
+    def admit_workflow(self, plan: Record, now: int | None = None) -> Record:
+        return self.execute("admit_workflow", {"plan": plan}, now)
+
+    def frontier_candidates(self, page: Record, now: int | None = None) -> Record:
+        return self.execute("frontier_candidates", page, now)
+
+    def advance_frontier(self, run_id: str, now: int | None = None) -> Record:
+        return self.execute("advance_frontier", {"runId": run_id}, now)
+
+    def task_candidates(self, page: Record, now: int | None = None) -> Record:
+        return self.execute("task_candidates", page, now)
+
+    def admit_task_attempt(self, run_id: str, step_run_id: str, binding: Record, now: int | None = None) -> Record:
+        return self.execute("admit_task_attempt", {"runId": run_id, "stepRunId": step_run_id, "binding": binding}, now)
+
+    def claim_lease(self, attempt_id: str, worker_id: str, duration_ms: int, now: int | None = None) -> Record:
+        return self.execute("claim_lease", {"attemptId": attempt_id, "workerId": worker_id, "durationMs": duration_ms},
+                            now)
+
+    def renew_lease(self, attempt_id: str, worker_id: str, lease_generation: int, duration_ms: int,
+                    now: int | None = None) -> Record:
+        return self.execute("renew_lease", {"attemptId": attempt_id, "workerId": worker_id,
+                                            "leaseGeneration": lease_generation, "durationMs": duration_ms}, now)
+
+    def release_lease(self, attempt_id: str, worker_id: str, lease_generation: int, reason: str,
+                      now: int | None = None) -> Record:
+        return self.execute("release_lease", {"attemptId": attempt_id, "workerId": worker_id,
+                                              "leaseGeneration": lease_generation, "reason": reason}, now)
+
+    def start_attempt(self, attempt_id: str, worker_id: str, lease_generation: int, timeout_ms: int | None,
+                      now: int | None = None) -> Record:
+        return self.execute("start_attempt", {"attemptId": attempt_id, "workerId": worker_id,
+                                              "leaseGeneration": lease_generation, "timeoutMs": timeout_ms}, now)
+
+    def record_running(self, attempt_id: str, worker_id: str, lease_generation: int, now: int | None = None) -> Record:
+        return self.execute("record_running", {"attemptId": attempt_id, "workerId": worker_id,
+                                               "leaseGeneration": lease_generation}, now)
+
+    def fail_start(self, attempt_id: str, worker_id: str, lease_generation: int, now: int | None = None) -> Record:
+        return self.execute("fail_start", {"attemptId": attempt_id, "workerId": worker_id,
+                                           "leaseGeneration": lease_generation}, now)
+
+    def complete_attempt(self, attempt_id: str, worker_id: str, lease_generation: int, exit_code: int,
+                         now: int | None = None) -> Record:
+        return self.execute("complete_attempt", {"attemptId": attempt_id, "workerId": worker_id,
+                                                 "leaseGeneration": lease_generation, "exitCode": exit_code}, now)
+
+    def recovery_candidates(self, page: Record, now: int | None = None) -> Record:
+        return self.execute("recovery_candidates", page, now)
+
+    def recover_attempt(self, attempt_id: str, evidence: str, now: int | None = None) -> Record:
+        return self.execute("recover_attempt", {"attemptId": attempt_id, "evidence": evidence}, now)
+
+    def request_cancel(self, run_id: str, reason: str, actor: Record, now: int | None = None) -> Record:
+        return self.execute("request_cancel", {"runId": run_id, "reason": reason, "actor": actor}, now)
+
+    def cancellation_candidates(self, page: Record, now: int | None = None) -> Record:
+        return self.execute("cancellation_candidates", page, now)
+
+    def converge_cancellation(self, run_id: str, now: int | None = None) -> Record:
+        return self.execute("converge_cancellation", {"runId": run_id}, now)
+
+    def converge_cancellation_page(self, page: Record, now: int | None = None) -> Record:
+        return self.execute("converge_cancellation_page", page, now)
+
     def set_step_time(self, now: int | None) -> None:
         if now is None:
             return

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES = (
     "qlwf.cmd_check",
     "qlwf.cmd_oracle",
+    "qlwf.cmd_conform",
 )
 
 

@@ -43,7 +43,7 @@ def run(tx: Tx, args: dict[str, Any]) -> Record:
                                  "reason": reason, "observedAtMs": now})
     except QlwfError as e:
         raise fail.unavailable("resolution_failed", e.message) from e
-    new_lease = canonical(lease | {"version": lease["version"] + 1, "releasedAtMs": now,
+    new_lease = canonical(lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
                                    "releaseReason": "lease_expired", "updatedAtMs": now}, LEASE_KEYS)
     tx.ceiling(new_lease["version"], b["run"]["version"])
     new_attempt = canonical(b["attempt"] | {"leaseVersion": new_lease["version"]}, ATTEMPT_KEYS)

@@ -136,15 +136,18 @@ def renew_lease(tx: Tx, args: Args) -> Record:
         raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
     new_lease = lease | {"version": lease["version"] + 1, "renewedAtMs": now, "expiresAtMs": now + args["durationMs"],
                          "updatedAtMs": now}
-    tx.ceiling(new_lease["version"], run["version"] + 1)
+    deadline = a.get("deadlineAtMs")
+    writes_request = ("cancelRequestedAtMs" not in run and deadline is not None and deadline <= now
+                      and not tx.store.timeout_requested(run["id"], a["id"]))
+    # commands.md §2.5: only a renew that appends the timeout request moves the Run counters.
+    tx.ceiling(new_lease["version"], *((run["version"] + 1,) if writes_request else ()))
     new_attempt = a | {"leaseVersion": new_lease["version"], "leaseExpiresAtMs": new_lease["expiresAtMs"]}
     # storage.md §4: lease CAS; attempt CAS; (timeout request: Run CAS; event).
     tx.store.cas_lease(lease, new_lease)
     tx.store.cas_attempt(a, new_attempt)
-    deadline = a.get("deadlineAtMs")
     if "cancelRequestedAtMs" in run:
         status, reason = "stop_requested", run["cancelReason"]
-    elif deadline is not None and deadline <= now and not tx.store.timeout_requested(run["id"], a["id"]):
+    elif writes_request:
         generation = lease["leaseGeneration"]
         event = _event(tx, la, RunCounter(run), "timeout_requested", generation, "workflow.task_timeout_requested",
                        worker_actor(args["workerId"]),
@@ -171,7 +174,7 @@ def release_lease(tx: Tx, args: Args) -> Record:
     lease = _fence(tx, la, args)
     if a["status"] != "claimed":
         raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
-    new_lease = canonical(lease | {"version": lease["version"] + 1, "releasedAtMs": now,
+    new_lease = canonical(lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
                                    "releaseReason": args["reason"], "updatedAtMs": now}, LEASE_KEYS)
     tx.ceiling(new_lease["version"], run["version"] + 1)
     new_attempt = {k: v for k, v in a.items() if k not in ATTEMPT_LEASE_KEYS}
@@ -322,7 +325,8 @@ def _finish(tx: Tx, la: LoadedAttempt, args: Args, command: str, exit_code: int 
         new_attempt |= {"startedAtMs": now, "callbackSequence": a["callbackSequence"] + 1}
     elif command == "fail_start":
         new_attempt["callbackSequence"] = a["callbackSequence"] + 1
-    new_lease = lease | {"version": lease["version"] + 1, "completedAtMs": now, "updatedAtMs": now}
+    new_lease = lease | {"status": "completed", "version": lease["version"] + 1, "completedAtMs": now,
+                         "updatedAtMs": now}
     new_attempt |= {"status": target, "finishedAtMs": now, "leaseVersion": new_lease["version"]}
     if exit_code is not None:
         new_attempt["exitCode"] = exit_code

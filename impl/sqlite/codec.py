@@ -7,12 +7,14 @@ hold the model's canonical JSON text (`canonical_text`), byte for byte.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_text
 from qlwf.model.records import (
     ATTEMPT_KEYS,
@@ -28,6 +30,7 @@ Record = dict[str, Any]
 Row = Sequence[Any]
 
 
+@functools.cache
 def snake(key: str) -> str:
     return re.sub(r"([A-Z])", r"_\1", key).lower()
 
@@ -42,25 +45,44 @@ class Codec:
     json_keys: tuple[str, ...] = ()  # keys stored as canonical JSON text
     bool_keys: tuple[str, ...] = ()  # keys stored as INTEGER 0/1
     renamed: tuple[tuple[str, str], ...] = ()  # (key, column) where the column name is not snake(key)
+    constants: tuple[tuple[str, Any], ...] = ()  # keys with a fixed value and no column (StepRun schema)
 
-    @property
+    @functools.cached_property
+    def stored_keys(self) -> tuple[str, ...]:
+        fixed = dict(self.constants)
+        return tuple(k for k in self.keys if k not in fixed)
+
+    @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         names = dict(self.renamed)
-        return tuple(names.get(k, snake(k)) for k in self.keys)
+        return tuple(names.get(k, snake(k)) for k in self.stored_keys)
 
-    @property
+    @functools.cached_property
     def select_list(self) -> str:
         return ", ".join(self.columns)
 
-    def to_record(self, row: Row) -> Record:
+    @functools.cached_property
+    def _plain(self) -> bool:
+        return self.null_is_absent and not (self.constants or self.json_keys or self.bool_keys)
+
+    def to_record(self, row: Row, parse: Callable[[str], Any] = json.loads) -> Record:
+        """Rebuild the record; `parse` decodes the JSON columns (the snapshot reader passes a memo)."""
+        if self._plain:
+            return {k: v for k, v in zip(self.keys, row, strict=True) if v is not None}
+        fixed = dict(self.constants)
+        values = iter(row)
         out: Record = {}
-        for key, value in zip(self.keys, row, strict=True):
+        for key in self.keys:
+            if key in fixed:
+                out[key] = fixed[key]
+                continue
+            value = next(values)
             if value is None:
                 if not self.null_is_absent:
                     out[key] = None
                 continue
             if key in self.json_keys:
-                value = json.loads(value)
+                value = parse(value)
             elif key in self.bool_keys:
                 value = bool(value) if value in (0, 1) else value
             out[key] = value
@@ -68,7 +90,7 @@ class Codec:
 
     def to_row(self, record: Record) -> tuple[Any, ...]:
         values = []
-        for key in self.keys:
+        for key in self.stored_keys:
             value = record.get(key)
             if value is not None and key in self.json_keys:
                 value = canonical_text(value)
@@ -79,14 +101,15 @@ class Codec:
 
     def insert_sql(self) -> str:
         return (f'INSERT INTO "{self.table}" ({self.select_list}) '
-                f"VALUES ({', '.join('?' for _ in self.keys)})")
+                f"VALUES ({', '.join('?' for _ in self.stored_keys)})")
 
 
 RUNS = Codec("Runs", RUN_KEYS, null_is_absent=True)
 ATTEMPTS = Codec("RunAttempts", ATTEMPT_KEYS, null_is_absent=True)
 LEASES = Codec("RunDispatchLeases", LEASE_KEYS, null_is_absent=True)
 EVENTS = Codec("RunEvents", EVENT_KEYS, null_is_absent=True, json_keys=("payload",))
-STEP_RUNS = Codec("StepRuns", STEP_RUN_KEYS, null_is_absent=False, bool_keys=("required",))
+STEP_RUNS = Codec("StepRuns", STEP_RUN_KEYS, null_is_absent=False, bool_keys=("required",),
+                  constants=(("schema", T.SCHEMA_STEP_RUN),))
 MUTATIONS = Codec("StepRunMutations", LEDGER_KEYS, null_is_absent=True, json_keys=("stepRun",),
                   renamed=(("stepRun", "step_run_json"),))
 
@@ -94,7 +117,7 @@ ADMISSIONS_TABLE = "QingLong3PluginPackageWorkflowAdmissions"
 ADMISSION_STEPS_TABLE = "QingLong3PluginPackageWorkflowAdmissionSteps"
 TASK_RECEIPTS_TABLE = "QingLong3PluginPackageWorkflowTaskAttemptAdmissions"
 
-# Task receipt columns mirrored from the record (all 20 keys); the table adds generation_digest
+# Task receipt columns mirrored from the record (every key but the schema); the table adds generation_digest
 # and project_id, which come from the plan target.
 TASK_RECEIPT_COLUMNS = tuple(snake(k) for k in TASK_RECEIPT_KEYS if k != "schema")
 

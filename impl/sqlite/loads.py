@@ -7,6 +7,7 @@ with the reason of the check that found it; nothing has been written at that poi
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,16 @@ from qlwf.model.records import (
 from .codec import admission_columns, snake
 from .failures import Failures
 from .store import SqliteStore, StoredStepRun
+
+
+@functools.lru_cache(maxsize=256)
+def _normalized_admission(plan_text: str, receipt_text: str) -> tuple[Record, Record, dict[str, Any]]:
+    """Parse and normalize stored admission JSON, and derive the columns it implies. A pure function
+    of the exact stored text, so it is memoized (admissions are append-only and every command
+    re-reads its Run's plan); the records returned are shared and never mutated."""
+    plan = normalize_plan(json.loads(plan_text))
+    receipt = normalize_admission_receipt(json.loads(receipt_text))
+    return plan, receipt, admission_columns(plan, receipt)
 
 
 @dataclass
@@ -74,13 +85,11 @@ class Loads:
     def admission(self, row: dict[str, Any], reason: str) -> tuple[Record, Record]:
         """Parse and normalize an admission row's plan and receipt; columns must mirror them byte for byte."""
         try:
-            plan = normalize_plan(json.loads(row["plan_json"]))
-            receipt = normalize_admission_receipt(json.loads(row["receipt_json"]))
+            plan, receipt, expected = _normalized_admission(row["plan_json"], row["receipt_json"])
         except (QlwfError, ValueError, TypeError) as e:
             raise self.fail.unavailable(reason, f"stored admission does not normalize: {e}") from e
         if plan["planDigest"] != row["plan_digest"]:
             raise self.fail.unavailable(reason, "stored planDigest differs from the admission")
-        expected = admission_columns(plan, receipt)
         drifted = [c for c, v in expected.items() if row[c] != v]
         if drifted:
             raise self.fail.unavailable(reason, f"admission columns disagree with plan/receipt: {drifted}")
@@ -164,7 +173,8 @@ class Loads:
                 raise fail.unavailable("lease_drift", f"lease mirror of {attempt['id']} disagrees with its lease")
         elif lease is not None and not (lease["status"] == "released"
                                         and lease.get("releaseReason") in T.WORKER_RELEASE_REASONS):
-            raise fail.unavailable("lease_drift", f"attempt {attempt['id']} lost its lease keys without a worker release")
+            raise fail.unavailable("lease_drift",
+                                   f"attempt {attempt['id']} lost its lease keys without a worker release")
 
     # ---- Clock floor (S-14) -----------------------------------------------------------------------
     def clock_floor(self, run_id: str, leases: list[Record | None], now: int) -> None:

@@ -153,9 +153,9 @@ class SqliteStore:
         new = mutation["stepRun"]
         mutable = ("status", "version", "attemptCount", "outputRef", "approvalRequestId", "readyAtMs", "startedAtMs",
                    "finishedAtMs", "resultCode", "errorSummary", "updatedAtMs", "lastMutationId", "stepRunDigest")
-        row = dict(zip(STEP_RUNS.keys, STEP_RUNS.to_row(new), strict=True))
-        assignments = ", ".join(f"{c} = ?" for c in (*(STEP_RUNS.columns[STEP_RUNS.keys.index(k)] for k in mutable),
-                                                     "step_run_json"))
+        row = dict(zip(STEP_RUNS.stored_keys, STEP_RUNS.to_row(new), strict=True))
+        column = dict(zip(STEP_RUNS.stored_keys, STEP_RUNS.columns, strict=True))
+        assignments = ", ".join(f"{c} = ?" for c in (*(column[k] for k in mutable), "step_run_json"))
         self._cas(f'UPDATE "StepRuns" SET {assignments} WHERE id = ? AND run_id = ? AND version = ? '
                   "AND step_run_digest = ? AND status = ?",
                   [*(row[k] for k in mutable), canonical_text(new), new["id"], new["runId"],

@@ -1,0 +1,70 @@
+"""Conformance throughput: lockstep steps per second, and where the time goes (harness/model vs backend).
+
+Reproducible: fixed seeds (generated traces SEED, SEED+1, …) plus the golden corpus, one process.
+Run: python bench/bench_conformance.py [--traces N] [--seed S] [--backend sqlite] [--invariants]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from qlwf.conformance import backends, runner
+from qlwf.conformance.generators import GeneratorConfig
+from qlwf.conformance.lockstep import LockstepResult, load_invariant_check, run_lockstep
+from qlwf.conformance.trace import Trace
+
+SEED = 20261129
+
+
+def measure(backend: str, traces: list[Trace], invariants: bool) -> tuple[list[LockstepResult], float, float]:
+    """Results, total seconds, and seconds spent opening/closing stores."""
+    factory = backends.get(backend).create()
+    check = load_invariant_check() if invariants else None
+    results, opening = [], 0.0
+    start = time.perf_counter()
+    for trace in traces:
+        t0 = time.perf_counter()
+        port = factory.open()
+        opening += time.perf_counter() - t0
+        try:
+            results.append(run_lockstep(trace, port, invariants=check))
+        finally:
+            t1 = time.perf_counter()
+            port.close()
+            opening += time.perf_counter() - t1
+    factory.shutdown()
+    return results, time.perf_counter() - start, opening
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--traces", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--backend", default="sqlite", choices=backends.names())
+    parser.add_argument("--invariants", action="store_true", help="evaluate the invariants after every step")
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    generated = list(runner.generated_traces(args.traces, args.seed, GeneratorConfig()))
+    generation = time.perf_counter() - t0
+    print(f"backend {args.backend}, {args.traces} generated traces (seed {args.seed}) + corpus, "
+          f"invariants {'every step' if args.invariants else 'off'}")
+    print(f"{'set':<10} {'traces':>6} {'steps':>7} {'steps/s':>9} {'model':>7} {'backend':>8} {'read-back':>9} "
+          f"{'checks':>7} {'open':>6}")
+    for name, traces in (("generated", generated), ("corpus", runner.corpus_traces())):
+        results, total, opening = measure(args.backend, traces, args.invariants)
+        failed = [r for r in results if not r.passed]
+        steps = sum(r.steps for r in results)
+        parts = [sum(r.model_seconds for r in results), sum(r.backend_seconds for r in results),
+                 sum(r.snapshot_seconds for r in results), sum(r.check_seconds for r in results), opening]
+        shares = " ".join(f"{100 * p / total:>{w}.0f}%" for p, w in zip(parts, (6, 7, 8, 6, 5), strict=True))
+        print(f"{name:<10} {len(results):>6} {steps:>7} {steps / total:>9.0f} {shares}"
+              + (f"   {len(failed)} FAILED" if failed else ""))
+    print(f"(generating the {args.traces} traces through the model took {generation:.2f} s, not included above; "
+          "model = the model's apply in lockstep, backend = the backend's commands, read-back = its snapshot(), "
+          "checks = model snapshot, comparisons, invariants and recorded expectations, open = fresh store per trace)")
+
+
+if __name__ == "__main__":
+    main()

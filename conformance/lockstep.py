@@ -1,0 +1,203 @@
+"""Step-by-step conformance: every trace step applied to the model and to a backend, compared after each.
+
+After every step the harness compares (commands.md §1.3) the outcome (result key for key, or the
+error's class, code and reason), the full read-back snapshot record by record, and evaluates the
+model's invariants on the backend's snapshot. A recorded trace is also checked against its own
+expectations (the model must still produce them). The first divergence stops the run and is
+reported with the step, both outcomes, a record-level snapshot diff and the model rules that fired.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from qlwf.impl.port import CommandPort, FaultInjection
+from qlwf.model.canonical import canonical_json
+from qlwf.model.errors import QlwfError
+from qlwf.model.state import State
+
+from .coverage import Coverage
+from .diff import RecordDiff, snapshot_diff
+from .trace import Trace, model_step, snapshot_digest
+
+Record = dict[str, Any]
+InvariantCheck = Callable[[State], list[Any]]
+
+
+def load_invariant_check() -> InvariantCheck | None:
+    """`qlwf.model.invariants.check_invariants` when that module exists, else None (skipped)."""
+    try:
+        module = importlib.import_module("qlwf.model.invariants")
+    except ImportError:
+        return None
+    check = getattr(module, "check_invariants", None)
+    return check if callable(check) else None
+
+
+@dataclass
+class Divergence:
+    """The first step where the backend (or the recorded trace) disagrees with the model."""
+
+    trace: str
+    step_index: int
+    step: Record
+    kind: str  # outcome | state | invariant | expectation | backend_crash | fault_injection
+    message: str
+    model_outcome: Record | None = None
+    backend_outcome: Record | None = None
+    record_diffs: list[RecordDiff] = field(default_factory=list)
+    rules: tuple[str, ...] = ()
+    violations: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        s = self.step
+        what = (f"{s['name']}({json.dumps(s.get('args'), sort_keys=False)})" if s["op"] == "command"
+                else json.dumps({k: v for k, v in s.items() if k in ("op", "deltaMs", "kind", "key", "patch")}))
+        lines = [f"DIVERGENCE in trace {self.trace!r} at step {self.step_index}: {self.kind}",
+                 f"  step:            {what}", f"  why:             {self.message}"]
+        if self.model_outcome is not None or self.backend_outcome is not None:
+            lines.append(f"  model outcome:   {_compact(self.model_outcome)}")
+            lines.append(f"  backend outcome: {_compact(self.backend_outcome)}")
+        if self.rules:
+            lines.append(f"  model rules:     {', '.join(self.rules)}")
+        if self.record_diffs:
+            lines.append(f"  snapshot diff ({len(self.record_diffs)} record(s)):")
+            lines += ["    " + d.render().replace("\n", "\n    ") for d in self.record_diffs[:40]]
+        if self.violations:
+            lines.append("  invariant violations on the backend snapshot:")
+            lines += [f"    {v}" for v in self.violations[:20]]
+        return "\n".join(lines)
+
+    def to_json(self) -> Record:
+        return {"trace": self.trace, "stepIndex": self.step_index, "step": self.step, "kind": self.kind,
+                "message": self.message, "modelOutcome": self.model_outcome, "backendOutcome": self.backend_outcome,
+                "recordDiffs": [d.to_json() for d in self.record_diffs], "rules": list(self.rules),
+                "violations": self.violations}
+
+
+def _compact(value: Any, limit: int = 400) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class LockstepResult:
+    trace: str
+    steps: int = 0  # steps executed (including the diverging one)
+    divergence: Divergence | None = None
+    model_seconds: float = 0.0  # the model's apply
+    backend_seconds: float = 0.0  # the backend's commands (and fault injections)
+    snapshot_seconds: float = 0.0  # reading the backend's store back
+    check_seconds: float = 0.0  # model snapshot, comparisons, invariants, expectations
+
+    @property
+    def passed(self) -> bool:
+        return self.divergence is None
+
+
+def backend_outcome(port: CommandPort, name: str, args: Any, now: int) -> Record:
+    try:
+        return {"ok": port.execute(name, args, now=now)}
+    except QlwfError as e:
+        return {"error": e.to_json()}
+
+
+def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck | None = None,
+                 invariants_every_step: bool = True, check_expectations: bool = True,
+                 coverage: Coverage | None = None) -> LockstepResult:
+    """Apply `trace` to a fresh model and to `port` (an empty store); stop at the first divergence.
+
+    `invariants` is evaluated on the backend's read-back snapshot after every step, or only after
+    the last one when `invariants_every_step` is False (for large generated batches: the
+    invariants cost more than the step itself).
+    """
+    result = LockstepResult(trace.name or trace.description)
+    state = State(clock=trace.initial_clock)
+    for i, step in enumerate(trace.steps):
+        result.steps = i + 1
+
+        def diverge(kind: str, message: str, **extra: Any) -> LockstepResult:
+            result.divergence = Divergence(result.trace, i, step, kind, message, **extra)  # noqa: B023
+            return result
+
+        t0 = time.perf_counter()
+        done = model_step(state, step)
+        t1 = time.perf_counter()
+        got: Record | None = None
+        try:
+            if step["op"] == "command":
+                got = backend_outcome(port, step["name"], step["args"], done.state.clock)
+            elif step["op"] == "corrupt":
+                if not isinstance(port, FaultInjection):
+                    return diverge("fault_injection", f"{type(port).__name__} cannot inject drift")
+                port.corrupt(step["kind"], step["key"], step["patch"])
+            t_read = time.perf_counter()
+            backend_snapshot = port.snapshot()
+        except Exception as e:  # a backend crash is a divergence, not a harness failure
+            return diverge("backend_crash", f"{type(e).__name__}: {e}", model_outcome=done.outcome, rules=done.rules)
+        t2 = time.perf_counter()
+        result.model_seconds += t1 - t0
+        result.backend_seconds += t_read - t1
+        result.snapshot_seconds += t2 - t_read
+        model_snapshot = done.state.snapshot()
+        if done.outcome is not None and got is not None:
+            if coverage is not None:
+                coverage.observe(step["name"], got, done.rules)
+            if canonical_json(done.outcome) != canonical_json(got):
+                return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=done.outcome,
+                               backend_outcome=got, rules=done.rules,
+                               record_diffs=snapshot_diff(model_snapshot, backend_snapshot))
+        last = i == len(trace.steps) - 1
+        recorded = check_expectations and "clock" in step
+        if model_snapshot != backend_snapshot or ((last or recorded) and canonical_json(model_snapshot)
+                                                  != canonical_json(backend_snapshot)):
+            return diverge("state", "the backend's durable state differs from the model's",
+                           model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
+                           record_diffs=snapshot_diff(model_snapshot, backend_snapshot))
+        if invariants is not None and (invariants_every_step or last):
+            violations = _backend_only_violations(invariants, backend_snapshot, done.state)
+            if violations:
+                return diverge("invariant", f"{len(violations)} invariant(s) fail on the backend snapshot",
+                               model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
+                               violations=violations)
+        if recorded:
+            problem = _expectation_problem(step, done.state.clock, done.outcome, done.rules, model_snapshot)
+            if problem:
+                return diverge("expectation", f"the model no longer produces the recorded step: {problem}",
+                               model_outcome=done.outcome, backend_outcome=step.get("outcome"), rules=done.rules)
+        result.check_seconds += time.perf_counter() - t2
+        state = done.state
+    return result
+
+
+def _backend_only_violations(check: InvariantCheck, snapshot: dict[str, list[Record]], model: State) -> list[str]:
+    """Invariant violations of the backend's read-back state that the model's own state does not have.
+
+    Without injected drift the model state satisfies every invariant, so this is every violation;
+    after a `corrupt` step both stores are deliberately invalid in the same way and only a
+    difference counts.
+    """
+    found = [str(v) for v in check(State.from_snapshot(snapshot, model.clock))]
+    if not found:
+        return []
+    expected = {str(v) for v in check(model)}
+    return [v for v in found if v not in expected]
+
+
+def _expectation_problem(step: Record, clock: int, outcome: Record | None, rules: tuple[str, ...],
+                         snapshot: dict[str, list[Record]]) -> str | None:
+    if step["clock"] != clock:
+        return f"clock {clock} != recorded {step['clock']}"
+    if outcome is not None and canonical_json(outcome) != canonical_json(step.get("outcome")):
+        return "outcome differs from the recorded outcome"
+    if outcome is not None and list(rules) != step.get("rules", list(rules)):
+        return f"rules {list(rules)} != recorded {step.get('rules')}"
+    digest = snapshot_digest(snapshot)
+    if digest != step["state"]["digest"]:
+        return f"state digest {digest[:16]}… != recorded {step['state']['digest'][:16]}…"
+    return None

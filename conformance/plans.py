@@ -1,0 +1,42 @@
+"""Plans and execution bindings for generated and golden traces (harness alphabet, records.md §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qlwf.model import tables as T
+from qlwf.model.records import sign_plan, task_definition_ref
+
+Record = dict[str, Any]
+MATERIALIZED = "3" * 64
+TASK_DIGEST = "6" * 64
+PACKAGE = "demo-pkg"
+
+
+def target(workflow_id: str = "nightly") -> Record:
+    return {"projectId": "proj-1", "packageName": PACKAGE, "installationId": "inst-1", "lockDigest": "1" * 64,
+            "generation": 1, "generationDigest": "2" * 64, "materializedRevisionDigest": MATERIALIZED,
+            "publicationDigest": "4" * 64, "workflowId": workflow_id, "workflowDefinitionDigest": "5" * 64}
+
+
+def make_plan(run_id: str, plan_id: str, needs: dict[str, list[str]], planned_at_ms: int,
+              workflow_id: str = "nightly") -> Record:
+    """A signed plan whose step `k` (StepRun id `<run_id>:<k>`) needs `needs[k]`."""
+    steps = [{"stepRunId": step_run_id(run_id, k), "stepKey": k, "taskId": k,
+              "taskDefinitionRef": task_definition_ref(MATERIALIZED, k), "taskDefinitionDigest": TASK_DIGEST,
+              "needs": sorted(n), "initialStatus": "pending" if n else "ready", "required": True}
+             for k, n in needs.items()]
+    return sign_plan({"schema": T.SCHEMA_PLAN, "planId": plan_id, "runId": run_id, "target": target(workflow_id),
+                      "steps": steps, "plannedAtMs": planned_at_ms})
+
+
+def step_run_id(run_id: str, step_key: str) -> str:
+    return f"{run_id}:{step_key}"
+
+
+def binding(step_key: str, executor_type: str = "remote_worker", revision: int = 1) -> Record:
+    """An execution binding that agrees with the plan step of `make_plan` (records.md §6.10)."""
+    digest = "9" * 64
+    return {"resourceTaskId": step_key, "taskReconciliationReceiptDigest": "8" * 64,
+            "taskId": f"pkg:{PACKAGE}:{step_key}", "taskRevision": f"qltd:v1:{revision}:{digest}",
+            "taskDefinitionDigest": digest, "executorType": executor_type, "executionDigest": "e" * 64}

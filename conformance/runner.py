@@ -1,0 +1,160 @@
+"""Conformance runs as the CLI drives them: generated traces, the golden corpus, single replays."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import backends
+from .coverage import Coverage
+from .generators import GeneratorConfig, generate
+from .lockstep import LockstepResult, load_invariant_check, run_lockstep
+from .trace import Trace, load
+
+CORPUS_DIR = Path(__file__).with_name("corpus")
+
+
+def corpus_traces(directory: Path = CORPUS_DIR) -> list[Trace]:
+    return [load(p) for p in sorted(directory.glob("*.json"))]
+
+
+def generated_traces(count: int, seed: int, config: GeneratorConfig | None = None) -> Iterator[Trace]:
+    """`count` traces with seeds seed, seed+1, …; each reproducible on its own from its seed."""
+    for i in range(count):
+        yield generate(seed + i, config)
+
+
+@dataclass
+class RunSummary:
+    backend: str
+    results: list[LockstepResult] = field(default_factory=list)
+    seconds: float = 0.0
+    coverage: Coverage | None = None
+
+    @property
+    def failures(self) -> list[LockstepResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.results)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def line(self) -> str:
+        rate = self.steps / self.seconds if self.seconds > 0 else 0.0
+        verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} failing)"
+        return (f"conform {self.backend}: {verdict} — {len(self.results)} traces, {self.steps} steps, "
+                f"{self.seconds:.2f} s, {rate:.0f} steps/s")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "passed": self.passed, "traces": len(self.results), "steps": self.steps,
+                "seconds": round(self.seconds, 3),
+                "stepsPerSecond": round(self.steps / self.seconds, 1) if self.seconds else None,
+                "timing": {"modelSeconds": round(sum(r.model_seconds for r in self.results), 3),
+                           "backendSeconds": round(sum(r.backend_seconds for r in self.results), 3),
+                           "snapshotSeconds": round(sum(r.snapshot_seconds for r in self.results), 3),
+                           "checkSeconds": round(sum(r.check_seconds for r in self.results), 3)},
+                "failures": [r.divergence.to_json() for r in self.failures if r.divergence],
+                "coverage": self.coverage.report() if self.coverage else None}
+
+
+def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True, invariants_every_step: bool = True,
+               on_result: Callable[[LockstepResult], None] | None = None) -> RunSummary:
+    """Lockstep every trace against a fresh store of `backend`."""
+    factory = backends.get(backend).create()
+    check = load_invariant_check() if invariants else None
+    summary = RunSummary(backend, coverage=Coverage(backend))
+    start = time.perf_counter()
+    try:
+        for trace in traces:
+            port = factory.open()
+            try:
+                result = run_lockstep(trace, port, invariants=check, invariants_every_step=invariants_every_step,
+                                      coverage=summary.coverage)
+            finally:
+                port.close()
+            summary.results.append(result)
+            if on_result is not None:
+                on_result(result)
+    finally:
+        factory.shutdown()
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _generated_chunk(job: tuple[str, int, int, GeneratorConfig | None, bool, bool]) -> RunSummary:
+    backend, count, seed, config, invariants, every_step = job
+    return run_traces(backend, generated_traces(count, seed, config), invariants=invariants,
+                      invariants_every_step=every_step)
+
+
+def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfig | None = None, jobs: int = 1,
+                  invariants: bool = True, invariants_every_step: bool = True) -> RunSummary:
+    """`count` generated traces (seeds seed…seed+count-1), split over `jobs` forked worker processes."""
+    jobs = max(1, min(jobs, count))
+    if jobs == 1:
+        return run_traces(backend, generated_traces(count, seed, config), invariants=invariants,
+                          invariants_every_step=invariants_every_step)
+    sizes = [count // jobs + (1 if i < count % jobs else 0) for i in range(jobs)]
+    starts = [seed + sum(sizes[:i]) for i in range(jobs)]
+    work = [(backend, n, start, config, invariants, invariants_every_step)
+            for n, start in zip(sizes, starts, strict=True)]
+    begin = time.perf_counter()
+    # fork: workers inherit the backend registry (including backends registered at run time)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_generated_chunk, work))
+    merged = RunSummary(backend, coverage=Coverage(backend))
+    for part in parts:
+        merged.results += part.results
+        if part.coverage is not None and merged.coverage is not None:
+            merged.coverage.merge(part.coverage)
+    merged.seconds = time.perf_counter() - begin
+    return merged
+
+
+def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, out: TextIO,
+            invariants: bool = True, jobs: int = 1) -> int:
+    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed."""
+
+    def report(result: LockstepResult) -> None:
+        if result.divergence is not None and not as_json:
+            print(result.divergence.render(), file=out)
+
+    summary = run_traces(backend, corpus_traces() if corpus else [], invariants=invariants, on_result=report)
+    generated = run_generated(backend, traces, seed, jobs=jobs, invariants=invariants)
+    for result in generated.results:
+        report(result)
+    summary.results += generated.results
+    summary.seconds += generated.seconds
+    if summary.coverage is not None and generated.coverage is not None:
+        summary.coverage.merge(generated.coverage)
+    if as_json:
+        print(json.dumps(summary.to_json(), ensure_ascii=False), file=out)
+    else:
+        assert summary.coverage is not None
+        print(summary.coverage.render(), file=out)
+    print(summary.line(), file=out)
+    return 0 if summary.passed else 1
+
+
+def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariants: bool = True) -> int:
+    """`qlwf replay`: one trace file in lockstep against `backend`, checking its recorded expectations."""
+    trace = load(path)
+    summary = run_traces(backend, [trace], invariants=invariants)
+    result = summary.results[0]
+    if as_json:
+        print(json.dumps(summary.to_json(), ensure_ascii=False), file=out)
+    elif result.divergence is not None:
+        print(result.divergence.render(), file=out)
+    expectation = "with recorded expectations" if trace.recorded else "unrecorded"
+    print(f"replay {Path(path).name} ({expectation}) on {backend}: " + summary.line().split(": ", 1)[1], file=out)
+    return 0 if summary.passed else 1
