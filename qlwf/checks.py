@@ -45,7 +45,29 @@ def oracle_examples(_opts: dict[str, Any]) -> str:
     return f"{count} example snapshots resolve"
 
 
+def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> str:
+    from qlwf.conformance import runner
+
+    parts = []
+    if corpus:
+        parts.append(runner.run_traces(backend, runner.corpus_traces()))
+    if traces:
+        parts.append(runner.run_generated(backend, traces, seed, jobs=2, invariants_every_step=False))
+    failures = [r for p in parts for r in p.failures]
+    if failures:
+        first = failures[0]
+        report = first.divergence.render() if first.divergence else "diverged"
+        raise AssertionError(f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}")
+    return "; ".join(p.line() for p in parts)
+
+
+def conform_sqlite(opts: dict[str, Any]) -> str:
+    """The golden corpus and seeded generated traces in lockstep with the model on SQLite."""
+    return _conformance("sqlite", True, 60 if opts.get("quick") else 300, 20261129)
+
+
 CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
+    Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
 ]
