@@ -2,12 +2,7 @@
 
 A backend factory opens a fresh, empty store per trace (`open()`) and releases shared resources
 at the end of a run (`shutdown()`). Factories are registered by import path and imported lazily,
-so a backend whose driver is missing does not break the others. To add PostgreSQL later:
-
-    register("postgres", "qlwf.impl.postgres.conformance:PostgresBackend",
-             "PostgreSQL (throwaway cluster, one schema per trace)")
-
-where `PostgresBackend()` has the two methods of `BackendFactory` and `open()` returns a
+so a backend whose driver is missing does not break the others. `open()` returns a
 `qlwf.impl.port.CommandPort` whose clock is a `FixedClock`.
 """
 
@@ -92,3 +87,5 @@ def get(name: str) -> BackendSpec:
 
 register("sqlite", "qlwf.conformance.backends:SqliteBackend", "SQLite, one in-memory database per trace")
 register("model", "qlwf.conformance.backends:ModelBackend", "the reference model itself")
+register("postgres", "qlwf.impl.postgres.conformance:PostgresBackend",
+         "PostgreSQL (QLWF_PG_DSN or a throwaway cluster), one database emptied per trace")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from qlwf.conformance import backends, runner
@@ -16,13 +18,20 @@ def register(subparsers: Any) -> None:
                     "store of the backend; compare outcome and full snapshot after every step. Exit 0 only when "
                     "every trace passed. The last line printed is a one-line summary.")
     conform.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")
-    conform.add_argument("--traces", type=_count, default=100, metavar="N", help="generated traces (default: 100)")
+    conform.add_argument("--traces", type=_count, default=None, metavar="N",
+                         help="generated traces (default: 100, or 0 with --concurrency)")
     conform.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first generated trace")
     conform.add_argument("--corpus", action="store_true", help="also run the golden corpus (conformance/corpus)")
     conform.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     conform.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation (faster)")
     conform.add_argument("--jobs", type=_count, default=1, metavar="J",
                          help="worker processes for the generated traces (default: 1)")
+    conform.add_argument("--concurrency", type=_ks, default=None, metavar="K[,K...]",
+                         help="also run the concurrency check with K worker threads (postgres only), e.g. 2,4,8")
+    conform.add_argument("--ops", type=_count, default=60, metavar="N",
+                         help="operations per worker of the concurrency check (default: 60)")
+    conform.add_argument("--variant", default="correct", choices=("correct", "broken"),
+                         help="concurrency check against the real backend or a deliberately broken one")
     conform.set_defaults(func=_conform)
 
     replay = subparsers.add_parser(
@@ -43,10 +52,57 @@ def _count(text: str) -> int:
     return value
 
 
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected K or K,K,... with K >= 1") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError("expected K or K,K,... with K >= 1")
+    return ks
+
+
+def _with_server(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """A missing PostgreSQL server is a one-line message and exit 2, not a traceback."""
+    if args.backend != "postgres":
+        return run(args)
+    from qlwf.impl.postgres.server import PostgresStartupError, PostgresUnavailable
+
+    try:
+        return run(args)
+    except (PostgresUnavailable, PostgresStartupError) as e:
+        print(f"postgres backend unavailable: {e}", file=sys.stderr)
+        return 2
+
+
 def _conform(args: argparse.Namespace) -> int:
-    return runner.conform(args.backend, args.traces, args.seed, args.corpus, args.json, sys.stdout,
-                          invariants=not args.no_invariants, jobs=max(1, args.jobs))
+    if args.concurrency and args.backend != "postgres":
+        print(f"--concurrency needs --backend postgres (got {args.backend})", file=sys.stderr)
+        return 2
+    return _with_server(args, _run_conform)
+
+
+def _run_conform(args: argparse.Namespace) -> int:
+    traces = args.traces if args.traces is not None else (0 if args.concurrency else 100)
+    code = 0
+    if args.corpus or traces or not args.concurrency:
+        code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
+                              invariants=not args.no_invariants, jobs=max(1, args.jobs))
+    if args.concurrency:
+        from qlwf.conformance.concurrency import concurrency_check
+
+        for k in args.concurrency:
+            report = concurrency_check(k=k, ops=args.ops, seed=args.seed, variant=args.variant)
+            if args.json:
+                print(json.dumps(report.to_json(), ensure_ascii=False))
+            else:
+                for problem in report.problems:
+                    print(f"  {problem}")
+            print(report.line())
+            code = code or (0 if report.passed else 1)
+    return code
 
 
 def _replay(args: argparse.Namespace) -> int:
-    return runner.replay(args.trace, args.backend, args.json, sys.stdout, invariants=not args.no_invariants)
+    return _with_server(args, lambda a: runner.replay(a.trace, a.backend, a.json, sys.stdout,
+                                                      invariants=not a.no_invariants))

@@ -6,8 +6,9 @@ shapes are validated before an operation is queued. Every writing command runs i
 (replays and no-op answers included) and ROLLBACKs on any error. converge_cancellation_page scans
 without a transaction, then converges each workflow in its own transaction (D-6).
 
-Decisions are the model's pure functions; this package owns the SQL, the locking, the candidate
-queries, the integrity loads and the error mapping.
+Check sequences and effects are the shared command logic (`qlwf.impl.commands`) over a
+`SqliteStore`; this package owns the SQL, the transaction discipline, the candidate queries and the
+error mapping.
 """
 
 from __future__ import annotations
@@ -16,49 +17,22 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from qlwf.impl.commands import arguments
+from qlwf.impl.commands.failures import ConcurrentChange, Failures
+from qlwf.impl.commands.pages import assemble_page, page_result, workflow_outcome
+from qlwf.impl.commands.registry import CONVERGE, WRITING_COMMANDS, WritingCommand, run_command
 from qlwf.impl.port import Clock, CommandPort, FixedClock, Record, Snapshot
-from qlwf.model.cancellation import accumulate_page, check_page_result, page_outcome
-from qlwf.model.errors import Conflict, QlwfError
+from qlwf.model.errors import QlwfError
 
-from . import arguments, cmd_admission, cmd_cancel, cmd_frontier, cmd_recovery, cmd_tasks, cmd_worker, faults, queries
+from . import faults, queries
 from .authority import OperationAuthority
-from .context import Tx
-from .failures import ConcurrentChange, Failures
-from .loads import Loads
+from .failures import map_storage_error
 from .memory import open_memory_database
 from .migrations import open_database
 from .snapshot import JsonMemo, read_snapshot
 from .store import SqliteStore
-
-R = TypeVar("R")
-
-# storage.md §7: the sub-second Unix epoch in milliseconds, truncated (julianday keeps the fraction
-# on SQLite builds that predate unixepoch('subsec')).
-DATABASE_TIME_SQL = "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
-
-
-@dataclass(frozen=True)
-class WritingCommand:
-    prepare: Callable[[Failures, Any], Any]
-    run: Callable[[Tx, Any], Record]
-
-
-def _worker(name: str) -> WritingCommand:
-    return WritingCommand(cmd_worker.prepare, cmd_worker.COMMANDS[name])
-
-
-WRITING_COMMANDS: dict[str, WritingCommand] = {
-    "admit_workflow": WritingCommand(cmd_admission.prepare, cmd_admission.run),
-    "advance_frontier": WritingCommand(cmd_frontier.prepare, cmd_frontier.run),
-    "admit_task_attempt": WritingCommand(cmd_tasks.prepare, cmd_tasks.run),
-    **{name: _worker(name) for name in cmd_worker.COMMANDS},
-    "recover_attempt": WritingCommand(cmd_recovery.prepare, cmd_recovery.run),
-    "request_cancel": WritingCommand(cmd_cancel.prepare_request, cmd_cancel.request_cancel),
-    "converge_cancellation": WritingCommand(cmd_cancel.prepare_converge, cmd_cancel.converge_cancellation),
-}
 
 
 class SqliteAdapter(CommandPort):
@@ -83,7 +57,7 @@ class SqliteAdapter(CommandPort):
             command = WRITING_COMMANDS[name]
             prepared = command.prepare(fail, args)  # Invalid before the operation is queued
             with self._authority.operation(fail):
-                return self._transaction(fail, lambda tx: command.run(tx, prepared))
+                return self._transaction(fail, command, prepared)
         query = "cancellation_candidates" if name == "converge_cancellation_page" else name
         limit, after = arguments.page(fail, args, query)
         with self._authority.operation(fail):
@@ -112,20 +86,15 @@ class SqliteAdapter(CommandPort):
         return self._conn
 
     # ---- transactions ---------------------------------------------------------------------------
-    def _database_time(self) -> int:
-        (ms,) = self._conn.execute(DATABASE_TIME_SQL).fetchone()
-        return int(ms)
-
-    def _transaction(self, fail: Failures, body: Callable[[Tx], R]) -> R:
+    def _transaction(self, fail: Failures, command: WritingCommand, prepared: Any) -> Record:
         """BEGIN IMMEDIATE … COMMIT; the clock is read once, under the write lock."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
-            raise fail.map_storage_error(e) from e
+            raise map_storage_error(fail, e) from e
         try:
-            now = self.clock.read(self._database_time)
-            result = body(Tx(self._store, Loads(self._store, fail), fail, now))
+            result = run_command(self._store, fail, self.clock, command, prepared)
             conn.execute("COMMIT")
             return result
         except ConcurrentChange as e:
@@ -133,7 +102,7 @@ class SqliteAdapter(CommandPort):
             raise fail.conflict("concurrent_change", f"{e} changed concurrently") from e
         except (QlwfError, sqlite3.Error) as e:
             self._rollback()
-            raise fail.map_storage_error(e) from e
+            raise map_storage_error(fail, e) from e
         except BaseException:
             self._rollback()
             raise
@@ -147,13 +116,13 @@ class SqliteAdapter(CommandPort):
     def _query(self, fail: Failures, name: str, limit: int, after: tuple[Any, ...] | None) -> Record:
         try:
             if name == "recovery_candidates":
-                now = self.clock.read(self._database_time)
+                now = self.clock.read(self._store.database_time)
                 rows = queries.recovery_rows(self._conn, after, limit, fail, now)
             else:
                 rows = queries.QUERIES[name](self._conn, after, limit, fail)
         except sqlite3.Error as e:
-            raise fail.map_storage_error(e) from e
-        return queries.page_result(name, rows, limit)
+            raise map_storage_error(fail, e) from e
+        return page_result(name, rows, limit)
 
     def _converge_page(self, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
         """commands.md §4.18: scan, then one transaction per workflow; a workflow's error never fails the page."""
@@ -165,24 +134,13 @@ class SqliteAdapter(CommandPort):
         workflow = Failures("converge_cancellation")
         for row in rows[:limit]:
             try:
-                result = self._transaction(workflow, lambda tx, run_id=row["runId"]: cmd_cancel.converge(tx, run_id))
+                result = self._transaction(workflow, CONVERGE, {"runId": row["runId"]})
             except QlwfError as e:
-                if isinstance(e, Conflict) and e.reason == "run_missing":
-                    outcomes.append(page_outcome(row["runId"], "raced"))
-                else:
-                    outcomes.append(page_outcome(row["runId"], "failed", error=e.to_json()))
+                outcomes.append(workflow_outcome(row["runId"], error=e))
                 continue
-            status = "raced" if result["status"] == "settled" else result["status"]
-            outcomes.append(page_outcome(row["runId"], status, result))
-        scanned, runs, attempts, blocked = accumulate_page(outcomes)
-        next_cursor = None
-        if len(rows) > limit:
-            last = rows[limit - 1]
-            next_cursor = {"cancelRequestedAtMs": last["cancelRequestedAtMs"], "runId": last["runId"]}
+            outcomes.append(workflow_outcome(row["runId"], result))
         try:
             has_more = queries.any_cancellation_candidate(self._conn)
         except sqlite3.Error as e:
-            raise fail.map_storage_error(e) from e
-        result = {"scanned": scanned, "settledRuns": runs, "settledAttempts": attempts, "blocked": blocked,
-                  "hasMore": has_more, "next": next_cursor, "outcomes": outcomes}
-        return check_page_result(limit, result)
+            raise map_storage_error(fail, e) from e
+        return assemble_page(limit, rows, outcomes, has_more)

@@ -13,29 +13,15 @@ import json
 import sqlite3
 from typing import Any
 
+from qlwf.impl.commands.faults import CORRUPTIBLE_KINDS, patched
 from qlwf.model.canonical import canonical_text
-from qlwf.model.records import TASK_RECEIPT_KEYS, Record, canonical
+from qlwf.model.records import TASK_RECEIPT_KEYS, Record
 
 from .codec import ATTEMPTS, LEASES, RUNS, STEP_RUNS, TASK_RECEIPTS_TABLE, Codec, snake
 
-CORRUPTIBLE_KINDS = ("runs", "stepRuns", "attempts", "leases", "taskReceipts")
 _CODECS: dict[str, tuple[Codec, str]] = {
     "runs": (RUNS, "id"), "stepRuns": (STEP_RUNS, "id"), "attempts": (ATTEMPTS, "id"), "leases": (LEASES, "attempt_id"),
 }
-
-
-def patched(kind: str, record: Record, patch: Record, keys: tuple[str, ...]) -> Record:
-    """Apply `patch` the way the harness defines it: null removes an optional key, except on StepRuns."""
-    unknown = sorted(set(patch) - set(keys) | ({"schema"} & set(patch) if kind == "stepRuns" else set()))
-    if unknown:  # a StepRun's schema has no column: it cannot drift in this store
-        raise ValueError(f"cannot patch {kind} keys {unknown}")
-    out = dict(record)
-    for k, v in patch.items():
-        if v is None and kind != "stepRuns":
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return canonical(out, keys)
 
 
 def corrupt(conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:

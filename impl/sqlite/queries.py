@@ -10,12 +10,14 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from qlwf.impl.commands.failures import Failures
+from qlwf.impl.commands.pages import frontier_candidate, page_result
 from qlwf.model import tables as T
 from qlwf.model.records import Record
-from qlwf.model.values import is_digest, is_portable_id, is_timestamp
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
-from .failures import Failures
+
+__all__ = ["QUERIES", "any_cancellation_candidate", "page_result"]
 
 Cursor = tuple[Any, ...] | None
 
@@ -92,12 +94,8 @@ def _rows(conn: sqlite3.Connection, query: str, sql: str, after: Cursor, limit: 
 
 
 def frontier_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures) -> list[Record]:
-    out = []
-    for run_id, pd, at in _rows(conn, "frontier_candidates", FRONTIER_SQL, after, limit):
-        if not (is_portable_id(run_id) and is_digest(pd) and is_timestamp(at)):
-            raise fail.unavailable("candidate_drift", f"frontier candidate row is malformed: {run_id!r}")
-        out.append({"runId": run_id, "planDigest": pd, "admittedAtMs": at})
-    return out
+    return [frontier_candidate(run_id, pd, at, fail)
+            for run_id, pd, at in _rows(conn, "frontier_candidates", FRONTIER_SQL, after, limit)]
 
 
 def task_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures) -> list[Record]:
@@ -126,13 +124,3 @@ QUERIES: dict[str, Callable[..., list[Record]]] = {
     "recovery_candidates": recovery_rows,
     "cancellation_candidates": cancellation_rows,
 }
-
-
-def page_result(query: str, rows: list[Record], limit: int) -> Record:
-    """commands.md §2.6 result: candidates, truncated, next (only when truncated)."""
-    page = rows[:limit]
-    result: Record = {"candidates": page, "truncated": len(rows) > limit}
-    if len(rows) > limit:
-        _, cursor_keys = T.QUERY_PAGES[query]
-        result["next"] = {k: page[-1][k] for k, _ in cursor_keys}
-    return result

@@ -1,16 +1,21 @@
 """The SQL of the SQLite backend: row loads, inserts and compare-and-set updates (storage.md §2–§5).
 
 Everything here is mechanical: which rows to read and write and with which guards. Decisions and
-integrity checks live in the command modules and `loads.py`. Every compare-and-set must change
-exactly one row, otherwise it raises `ConcurrentChange` (storage.md §5).
+integrity checks live in the shared command logic (`qlwf.impl.commands`). Every compare-and-set must
+change exactly one row, otherwise it raises `ConcurrentChange` (storage.md §5). The lock hooks of
+the `Store` protocol are no-ops: BEGIN IMMEDIATE already serializes every writer (storage.md §6.1).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from qlwf.impl.commands import guards
+from qlwf.impl.commands.failures import ConcurrentChange
+from qlwf.impl.commands.guards import SQLITE
+from qlwf.impl.commands.store import ACTIVE, StoredStepRun
 from qlwf.model.canonical import canonical_text
 
 from .codec import (
@@ -34,19 +39,12 @@ from .codec import (
     insert_sql,
     task_receipt_columns,
 )
-from .failures import ConcurrentChange
 
-ACTIVE = ("claimed", "starting", "running")
+__all__ = ["ACTIVE", "DATABASE_TIME_SQL", "SqliteStore", "StoredStepRun"]
 
-
-class StoredStepRun:
-    """A StepRun row: the record rebuilt from its columns plus the stored JSON mirror text."""
-
-    __slots__ = ("json_text", "record")
-
-    def __init__(self, record: Record, json_text: str) -> None:
-        self.record = record
-        self.json_text = json_text
+# storage.md §7: the sub-second Unix epoch in milliseconds, truncated (julianday keeps the fraction
+# on SQLite builds that predate unixepoch('subsec')).
+DATABASE_TIME_SQL = "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
 
 class SqliteStore:
@@ -54,6 +52,29 @@ class SqliteStore:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+
+    # ---- locks (no-ops: the IMMEDIATE transaction holds the database's only write lock) and clock --
+    def lock_attempt_authority(self, attempt_id: str) -> None:
+        pass
+
+    def try_lock_attempt_authorities(self, attempt_ids: Sequence[str]) -> bool:
+        return True
+
+    def lock_run(self, run_id: str) -> None:
+        pass
+
+    def lock_step_runs(self, run_id: str, step_run_ids: Sequence[str] | None = None) -> None:
+        pass
+
+    def lock_attempts(self, attempt_ids: Sequence[str]) -> None:
+        pass
+
+    def lock_leases(self, attempt_ids: Sequence[str]) -> None:
+        pass
+
+    def database_time(self) -> int:
+        (ms,) = self.conn.execute(DATABASE_TIME_SQL).fetchone()
+        return int(ms)
 
     # ---- generic helpers ----------------------------------------------------------------------
     def _one(self, codec: Codec, where: str, params: Iterable[Any]) -> Record | None:
@@ -66,8 +87,9 @@ class SqliteStore:
                                  tuple(params)).fetchall()
         return [codec.to_record(r) for r in rows]
 
-    def _cas(self, sql: str, params: Iterable[Any], what: str) -> None:
-        if self.conn.execute(sql, tuple(params)).rowcount != 1:
+    def _cas_with(self, table: str, update: tuple[str, list[Any]], what: str) -> None:
+        sql, params = update
+        if self.conn.execute(f"UPDATE {table} {sql}", params).rowcount != 1:
             raise ConcurrentChange(what)
 
     # ---- Runs -----------------------------------------------------------------------------------
@@ -82,24 +104,7 @@ class SqliteStore:
 
     def cas_run(self, guard: str, old: Record, new: Record) -> None:
         """Run compare-and-set with one of the guards of storage.md §5."""
-        where = "id = ? AND status = 'running' AND version = ? AND event_sequence = ?"
-        params: list[Any] = [old["id"], old["version"], old["eventSequence"]]
-        if guard in ("frontier", "counters", "cancel_request"):
-            where += " AND cancel_requested_at_ms IS NULL"
-        elif guard == "convergence":
-            where += (" AND execution_owner = 'runtime' AND trigger_type = 'plugin_package_workflow'"
-                      " AND cancel_requested_at_ms = ? AND cancel_reason = ?")
-            params += [old["cancelRequestedAtMs"], old["cancelReason"]]
-        elif guard != "counters_any_intent":
-            raise ValueError(f"unknown Run guard {guard}")
-        sets = {"version": new["version"], "event_sequence": new["eventSequence"]}
-        if guard in ("frontier", "convergence"):
-            sets |= {"status": new["status"], "finished_at_ms": new.get("finishedAtMs"),
-                     "error_code": new.get("errorCode"), "error_summary": new.get("errorSummary")}
-        elif guard == "cancel_request":
-            sets |= {"cancel_requested_at_ms": new["cancelRequestedAtMs"], "cancel_reason": new["cancelReason"]}
-        assignments = ", ".join(f"{c} = ?" for c in sets)
-        self._cas(f'UPDATE "Runs" SET {assignments} WHERE {where}', [*sets.values(), *params], f"Run {old['id']}")
+        self._cas_with('"Runs"', guards.run(SQLITE, guard, old, new), f"Run {old['id']}")
 
     # ---- Admissions -----------------------------------------------------------------------------
     def admissions_of_run(self, run_id: str) -> list[dict[str, Any]]:
@@ -149,18 +154,7 @@ class SqliteStore:
         self.conn.execute(insert_sql("StepRuns", columns), (*STEP_RUNS.to_row(step_run), canonical_text(step_run)))
 
     def cas_step_run(self, mutation: Record) -> None:
-        """StepRun transition guarded by id, run, version, digest and previous status (storage.md §5)."""
-        new = mutation["stepRun"]
-        mutable = ("status", "version", "attemptCount", "outputRef", "approvalRequestId", "readyAtMs", "startedAtMs",
-                   "finishedAtMs", "resultCode", "errorSummary", "updatedAtMs", "lastMutationId", "stepRunDigest")
-        row = dict(zip(STEP_RUNS.stored_keys, STEP_RUNS.to_row(new), strict=True))
-        column = dict(zip(STEP_RUNS.stored_keys, STEP_RUNS.columns, strict=True))
-        assignments = ", ".join(f"{c} = ?" for c in (*(column[k] for k in mutable), "step_run_json"))
-        self._cas(f'UPDATE "StepRuns" SET {assignments} WHERE id = ? AND run_id = ? AND version = ? '
-                  "AND step_run_digest = ? AND status = ?",
-                  [*(row[k] for k in mutable), canonical_text(new), new["id"], new["runId"],
-                   mutation["expectedStepRunVersion"], mutation["expectedStepRunDigest"], mutation["previousStatus"]],
-                  f"StepRun {new['id']}")
+        self._cas_with('"StepRuns"', guards.step_run(SQLITE, mutation), f"StepRun {mutation['stepRun']['id']}")
 
     def insert_mutation(self, entry: Record) -> None:
         self.conn.execute(MUTATIONS.insert_sql(), MUTATIONS.to_row(entry))
@@ -202,21 +196,10 @@ class SqliteStore:
         self.conn.execute(ATTEMPTS.insert_sql(), ATTEMPTS.to_row(attempt))
 
     def cas_attempt(self, old: Record, new: Record) -> None:
-        """Worker and recovery paths: guard on status, callbackSequence and lease generation (null-safe)."""
-        keys = ATTEMPTS.keys[4:]  # everything after the identity (id, runId, stepRunId, attempt)
-        row = dict(zip(ATTEMPTS.keys, ATTEMPTS.to_row(new), strict=True))
-        assignments = ", ".join(f"{ATTEMPTS.columns[ATTEMPTS.keys.index(k)]} = ?" for k in keys)
-        self._cas(f'UPDATE "RunAttempts" SET {assignments} WHERE id = ? AND run_id = ? AND status = ? '
-                  "AND callback_sequence = ? AND lease_generation IS ?",
-                  [*(row[k] for k in keys), old["id"], old["runId"], old["status"], old["callbackSequence"],
-                   old.get("leaseGeneration")], f"attempt {old['id']}")
+        self._cas_with('"RunAttempts"', guards.attempt(SQLITE, old, new), f"attempt {old['id']}")
 
     def cas_attempt_convergence(self, old: Record, new: Record) -> None:
-        """Convergence settles a claimed attempt; callbackSequence and lease keys are untouched."""
-        self._cas('UPDATE "RunAttempts" SET status = ?, finished_at_ms = ?, error_code = ?, error_summary = ? '
-                  "WHERE id = ? AND run_id = ? AND status = 'claimed' AND callback_sequence = ?",
-                  [new["status"], new["finishedAtMs"], new["errorCode"], new["errorSummary"], old["id"],
-                   old["runId"], old["callbackSequence"]], f"attempt {old['id']}")
+        self._cas_with('"RunAttempts"', guards.attempt_convergence(SQLITE, old, new), f"attempt {old['id']}")
 
     def receipt_row(self, attempt_id: str) -> dict[str, Any] | None:
         return self._receipt("attempt_id = ?", (attempt_id,))
@@ -241,10 +224,4 @@ class SqliteStore:
         self.conn.execute(LEASES.insert_sql(), LEASES.to_row(lease))
 
     def cas_lease(self, old: Record, new: Record) -> None:
-        keys = LEASES.keys[2:]
-        row = dict(zip(LEASES.keys, LEASES.to_row(new), strict=True))
-        assignments = ", ".join(f"{LEASES.columns[LEASES.keys.index(k)]} = ?" for k in keys)
-        self._cas(f'UPDATE "RunDispatchLeases" SET {assignments} WHERE attempt_id = ? AND status = ? AND version = ? '
-                  "AND lease_generation = ?",
-                  [*(row[k] for k in keys), old["attemptId"], old["status"], old["version"], old["leaseGeneration"]],
-                  f"lease {old['attemptId']}")
+        self._cas_with('"RunDispatchLeases"', guards.lease(SQLITE, old, new), f"lease {old['attemptId']}")

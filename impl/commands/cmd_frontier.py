@@ -9,13 +9,18 @@ from qlwf.model.frontier import resolve_frontier
 from qlwf.model.records import Record
 from qlwf.model.steprun import ledger_entry
 
-from . import arguments
+from . import arguments, locks
 from .context import Tx
 from .failures import Failures
+from .store import Store
 
 
 def prepare(fail: Failures, args: Any) -> dict[str, Any]:
     return arguments.run_id(fail, args)
+
+
+def lock(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+    locks.run_scope(store, args["runId"], all_steps=True)
 
 
 def run(tx: Tx, args: dict[str, Any]) -> Record:

@@ -12,16 +12,21 @@ from qlwf.model.errors import QlwfError
 from qlwf.model.records import ATTEMPT_KEYS, ATTEMPT_LEASE_KEYS, LEASE_KEYS, Record, canonical, make_event
 from qlwf.model.steprun import ledger_entry, transition_step_run_mutation
 
-from . import arguments
+from . import arguments, locks
 from .context import RunCounter, Tx, worker_actor
 from .failures import Failures
 from .loads import LoadedAttempt
+from .store import Store
 
 Args = dict[str, Any]
 
 
 def prepare(fail: Failures, args: Any) -> Args:
     return arguments.worker_command(fail, args)
+
+
+def lock(store: Store, fail: Failures, args: Args) -> None:
+    locks.attempt_scope(store, args["attemptId"])
 
 
 def _load(tx: Tx, args: Args) -> LoadedAttempt:

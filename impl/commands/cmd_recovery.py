@@ -10,13 +10,18 @@ from qlwf.model.records import ATTEMPT_KEYS, LEASE_KEYS, Record, canonical
 from qlwf.model.recovery import build_task_recovery
 from qlwf.model.steprun import ledger_entry
 
-from . import arguments
+from . import arguments, locks
 from .context import Tx
 from .failures import Failures
+from .store import Store
 
 
 def prepare(fail: Failures, args: Any) -> dict[str, Any]:
     return arguments.recovery(fail, args)
+
+
+def lock(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+    locks.attempt_scope(store, args["attemptId"])
 
 
 def run(tx: Tx, args: dict[str, Any]) -> Record:

@@ -10,7 +10,7 @@ from qlwf.model.values import INT31_MAX
 
 from .failures import Failures
 from .loads import Loads
-from .store import SqliteStore
+from .store import Store
 
 SYSTEM: Record = {"type": "system"}
 
@@ -21,7 +21,7 @@ def worker_actor(worker_id: str) -> Record:
 
 @dataclass
 class Tx:
-    store: SqliteStore
+    store: Store
     loads: Loads
     fail: Failures
     now: int

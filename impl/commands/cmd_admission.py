@@ -16,9 +16,10 @@ from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.records import Record, normalize_plan
 
 from . import arguments
-from .codec import admission_columns
+from .columns import admission_columns
 from .context import Tx
 from .failures import Failures
+from .store import Store
 
 Prepared = tuple[Record, Record]
 
@@ -30,6 +31,10 @@ def prepare(fail: Failures, args: Any) -> Prepared:
     except QlwfError as e:
         raise Invalid(T.FAMILIES["plan"].invalid or "", "plan_invalid", e.message) from e
     return plan, create_admission_bundle(plan)
+
+
+def lock(store: Store, fail: Failures, prepared: Prepared) -> None:
+    """No locks before its reads: uniqueness and serializability decide concurrent admissions (§6.3)."""
 
 
 def run(tx: Tx, prepared: Prepared) -> Record:

@@ -1,6 +1,6 @@
 """Argument validation (commands.md §4, check 1 of every command; §2.6 for pages).
 
-Shape checks run before the operation is queued (storage.md §6.1). The few checks that compare an
+Shape checks run before any storage work (storage.md §6.1–§6.2). The few checks that compare an
 argument with the observation time (a lease expiry or task deadline beyond the timestamp range)
 can only run once the clock has been read inside the transaction: `*_at_now` functions. Both
 kinds raise the same Invalid `argument_invalid`, so splitting them never changes an outcome.

@@ -11,13 +11,18 @@ from qlwf.model.errors import QlwfError
 from qlwf.model.records import RUN_KEYS, Record, canonical, make_event
 from qlwf.model.steprun import ledger_entry
 
-from . import arguments
+from . import arguments, locks
 from .context import Tx
 from .failures import Failures
+from .store import Store
 
 
 def prepare_request(fail: Failures, args: Any) -> dict[str, Any]:
     return arguments.cancel_request(fail, args)
+
+
+def lock_request(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+    locks.run_scope(store, args["runId"])
 
 
 def request_cancel(tx: Tx, args: dict[str, Any]) -> Record:
@@ -50,6 +55,10 @@ def request_cancel(tx: Tx, args: dict[str, Any]) -> Record:
 
 def prepare_converge(fail: Failures, args: Any) -> dict[str, Any]:
     return arguments.run_id(fail, args)
+
+
+def lock_converge(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+    locks.convergence_scope(store, fail, args["runId"])
 
 
 def converge_cancellation(tx: Tx, args: dict[str, Any]) -> Record:

@@ -1,4 +1,4 @@
-"""Integrity loads of commands.md §2.4 over SQLite rows (LOAD-RUN, LOAD-STEP(S), LOAD-ATTEMPT, clock floor).
+"""Integrity loads of commands.md §2.4 over stored rows (LOAD-RUN, LOAD-STEP(S), LOAD-ATTEMPT, clock floor).
 
 Each load rebuilds records from rows, re-validates them with the model's normalizers and
 cross-checks every JSON mirror against its columns (storage.md §3). Any mismatch is Unavailable
@@ -27,9 +27,9 @@ from qlwf.model.records import (
     normalize_task_receipt,
 )
 
-from .codec import admission_columns, snake
+from .columns import admission_columns, snake
 from .failures import Failures
-from .store import SqliteStore, StoredStepRun
+from .store import Store, StoredStepRun
 
 
 @functools.lru_cache(maxsize=256)
@@ -59,7 +59,7 @@ class LoadedAttempt:
 
 
 class Loads:
-    def __init__(self, store: SqliteStore, fail: Failures) -> None:
+    def __init__(self, store: Store, fail: Failures) -> None:
         self.store = store
         self.fail = fail
 

@@ -10,15 +10,21 @@ from qlwf.model.attempts import build_task_attempt_admission
 from qlwf.model.errors import QlwfError
 from qlwf.model.records import Record, binding_plan_problem
 
-from . import arguments
+from . import arguments, locks
 from .context import Tx
 from .failures import Failures
+from .store import Store
 
 Prepared = tuple[dict[str, Any], Record]
 
 
 def prepare(fail: Failures, args: Any) -> Prepared:
     return arguments.task_admission(fail, args)
+
+
+def lock(store: Store, fail: Failures, prepared: Prepared) -> None:
+    args, _ = prepared
+    locks.run_scope(store, args["runId"], [args["stepRunId"]])
 
 
 def run(tx: Tx, prepared: Prepared) -> Record:

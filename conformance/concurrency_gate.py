@@ -1,0 +1,44 @@
+"""Gate entry points for the PostgreSQL backend (`qlwf check` calls these).
+
+* `conform(backend="postgres", corpus=True, traces=N, seed=S)` — the golden corpus and N generated
+  traces in lockstep with the model;
+* `concurrency(ks=(2, 4, 8), ops=60, seed=S)` — the concurrency check for each K
+  (`qlwf.conformance.concurrency.concurrency_check` for a single K).
+
+Both return a `GateSummary` (`passed`, a one-line `line`, `details`). Both raise
+`qlwf.impl.postgres.server.PostgresUnavailable` when no server can be provided (no binaries and no
+QLWF_PG_DSN), so a gate can report a skip with that message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from . import runner
+from .concurrency import concurrency_check
+
+
+@dataclass
+class GateSummary:
+    passed: bool
+    line: str
+    details: list[str] = field(default_factory=list)
+
+
+def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, seed: int = 0,
+            jobs: int = 1) -> GateSummary:
+    parts = []
+    if corpus:
+        parts.append(runner.run_traces(backend, runner.corpus_traces()))
+    if traces:
+        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
+    failures = [r for p in parts for r in p.failures]
+    details = [failures[0].divergence.render()] if failures and failures[0].divergence else []
+    return GateSummary(not failures, "; ".join(p.line() for p in parts), details)
+
+
+def concurrency(ks: Sequence[int] = (2, 4, 8), ops: int = 60, seed: int = 0) -> GateSummary:
+    reports = [concurrency_check(k=k, ops=ops, seed=seed) for k in ks]
+    details = [p for r in reports for p in r.problems]
+    return GateSummary(all(r.passed for r in reports), "; ".join(r.line() for r in reports), details)

@@ -1,0 +1,108 @@
+"""Judging a concurrent run: the stored state and the committed history must be a legal model run.
+
+Every command on a Run takes that Run's row lock before it reads the clock, and the harness clock
+is strictly increasing, so `now` orders the transactions of one Run exactly as the database
+serialized them; transactions of different Runs touch disjoint records and commute. Replaying the
+logged transactions through the model in `now` order must therefore reproduce every logged outcome
+(results and domain errors alike) and, at the end, the stored snapshot record for record.
+Transactions that failed with a storage-level reason (lock, retry, constraint, authority) wrote
+nothing and have no model counterpart; they are counted, not replayed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from qlwf.impl.commands.failures import STORAGE_REASONS
+from qlwf.impl.postgres.adapter import TransactionLog
+from qlwf.model.canonical import canonical_json
+from qlwf.model.invariants import check_invariants
+from qlwf.model.state import State
+from qlwf.model.system import apply
+
+from .diff import snapshot_diff
+
+Record = dict[str, Any]
+Snapshot = dict[str, list[Record]]
+MAX_PROBLEMS = 20
+
+
+def is_storage_level(entry: TransactionLog) -> bool:
+    error = entry.outcome.get("error")
+    return error is not None and error["reason"] in STORAGE_REASONS
+
+
+def replayable(log: Iterable[TransactionLog]) -> list[TransactionLog]:
+    """The transactions with a model counterpart, in observation-time order."""
+    return sorted((e for e in log if e.now is not None and not is_storage_level(e)), key=lambda e: e.now or 0)
+
+
+def split_unseen_runs(entries: list[TransactionLog]) -> tuple[list[TransactionLog], list[TransactionLog]]:
+    """(history, early): `early` are the transactions that found a Run missing although they read the
+    clock after that Run's admission did. Admission takes no lock (storage.md §6.3), so such a
+    transaction serialized before the admission committed; it wrote nothing and read only that Run's
+    records, so its model counterpart runs on a state without the Run."""
+    created = {e.args["plan"]["runId"]: e.now for e in entries
+               if e.name == "admit_workflow" and e.outcome.get("ok", {}).get("status") == "created"}
+    early = [e for e in entries if e.outcome.get("error", {}).get("reason") == "run_missing"
+             and isinstance(e.args, dict) and (e.now or 0) > created.get(e.args.get("runId"), e.now or 0)]
+    return [e for e in entries if e not in early], early
+
+
+def event_problems(snapshot: Snapshot) -> list[str]:
+    """No duplicate event ids or (runId, dedupeKey); each Run's sequences are 1..eventSequence."""
+    problems = []
+    ids = Counter(e["id"] for e in snapshot["events"])
+    problems += [f"event id {i} stored {n} times" for i, n in ids.items() if n > 1]
+    keys = Counter((e["runId"], e.get("dedupeKey")) for e in snapshot["events"] if e.get("dedupeKey") is not None)
+    problems += [f"dedupe key {k} stored {n} times" for k, n in keys.items() if n > 1]
+    sequences: dict[str, list[int]] = {}
+    for e in snapshot["events"]:
+        sequences.setdefault(e["runId"], []).append(e["sequence"])
+    for run in snapshot["runs"]:
+        got = sorted(sequences.get(run["id"], []))
+        if got != list(range(1, run["eventSequence"] + 1)) or run["version"] != run["eventSequence"]:
+            problems.append(f"Run {run['id']}: sequences not contiguous 1..{run['eventSequence']} "
+                            f"(version {run['version']}, {len(got)} events)")
+    return problems
+
+
+def replay_problems(log: list[TransactionLog], snapshot: Snapshot) -> tuple[list[str], int]:
+    """Replay through the model; (problems, number of transactions replayed)."""
+    entries, early = split_unseen_runs(replayable(log))
+    problems: list[str] = []
+    times = [e.now for e in entries]
+    if len(set(times)) != len(times):
+        problems.append("two transactions read the same observation time: the clock is not strictly increasing")
+    for entry in early:
+        _compare(problems, "early", entry, State(clock=0))
+    state = State(clock=0)
+    for i, entry in enumerate(entries):
+        state = _compare(problems, f"#{i}", entry, state)
+    model = state.snapshot()
+    if canonical_json(model) != canonical_json(snapshot):
+        diffs = snapshot_diff(model, snapshot)
+        problems.append(f"the replayed history does not reproduce the stored state ({len(diffs)} record(s) differ)")
+        problems += ["  " + d.render().replace("\n", " | ")[:300] for d in diffs[:8]]
+    return problems, len(entries) + len(early)
+
+
+def _compare(problems: list[str], label: str, entry: TransactionLog, state: State) -> State:
+    """Apply the logged command to `state`; a differing outcome is a problem. Returns the next state."""
+    out = apply(state, {"name": entry.name, "args": entry.args}, entry.now)
+    expected = {"ok": out.result} if out.error is None else {"error": out.error.to_json()}
+    if canonical_json(expected) != canonical_json(entry.outcome) and len(problems) < MAX_PROBLEMS:
+        problems.append(f"{label} {entry.name}({canonical_json(entry.args).decode()[:160]}) at {entry.now}: "
+                        f"stored {_short(entry.outcome)} but the model gives {_short(expected)}")
+    return out.state
+
+
+def invariant_problems(snapshot: Snapshot, clock: int) -> list[str]:
+    return [str(v) for v in check_invariants(State.from_snapshot(snapshot, clock))][:MAX_PROBLEMS]
+
+
+def _short(outcome: Record) -> str:
+    text = canonical_json(outcome).decode()
+    return text if len(text) <= 240 else text[:237] + "..."

@@ -1,0 +1,192 @@
+"""The concurrent workload: K worker threads driving the same few workflows through one backend.
+
+Each worker draws operations from a weighted menu — frontier advance, task admission, the lease /
+start / running / complete / fail_start protocol, releases, cancel requests, recovery, single and
+page convergence, and now and then a new (or replayed) workflow admission — choosing arguments from
+what any worker has learnt so far (attempt ids, lease holders and generations). Some arguments are
+deliberately stale, so refusals are exercised under contention too. Outcomes are not judged here:
+the backend's observer logs every writing transaction and `concurrency_history` replays them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from qlwf.impl.port import CommandPort
+from qlwf.model import tables as T
+from qlwf.model.errors import QlwfError
+
+from . import plans
+
+Record = dict[str, Any]
+# A small DAG per workflow: a → (b, c) → d.
+NEEDS: dict[str, list[str]] = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
+LEASE_DURATIONS = (5000, 10000, 20000)
+TIMEOUTS = (None, None, 30000, 120000)
+CANCEL_REASONS = tuple(sorted(T.CANCEL_REASONS))
+
+
+def workflow_plan(index: int, planned_at_ms: int) -> Record:
+    return plans.make_plan(f"run-{index}", f"plan-{index}", NEEDS, planned_at_ms)
+
+
+@dataclass
+class World:
+    """What the workers know, shared and guarded by one lock (races here only skew argument choice)."""
+
+    max_workflows: int
+    plans: list[Record] = field(default_factory=list)
+    attempts: dict[str, str] = field(default_factory=dict)  # attempt id → last seen status
+    holders: dict[str, tuple[str, int]] = field(default_factory=dict)  # attempt id → (worker, generation)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run_ids(self) -> list[str]:
+        with self.lock:
+            return [p["runId"] for p in self.plans]
+
+    def learn_attempt(self, attempt: Record | None) -> None:
+        if attempt is not None:
+            with self.lock:
+                self.attempts[attempt["id"]] = attempt["status"]
+
+    def learn_lease(self, lease: Record | None) -> None:
+        if lease is not None:
+            with self.lock:
+                self.holders[lease["attemptId"]] = (lease["workerId"], lease["leaseGeneration"])
+
+    def pick_attempt(self, rng: random.Random) -> str | None:
+        with self.lock:
+            live = [a for a, s in self.attempts.items() if s in ("claimed", "starting", "running")]
+            every = list(self.attempts)
+        pool = live if live and rng.random() < 0.9 else every
+        return rng.choice(pool) if pool else None
+
+
+class Worker:
+    """One thread: `ops` operations against `port` with its own random stream and worker id."""
+
+    def __init__(self, index: int, port: CommandPort, world: World, ops: int, seed: int,
+                 planned_at: Callable[[], int]) -> None:
+        self.worker_id = f"w{index}"
+        self.port = port
+        self.world = world
+        self.ops = ops
+        self.rng = random.Random(seed * 1000 + index)
+        self.planned_at = planned_at
+        self.crash: BaseException | None = None
+        self.menu: list[tuple[Callable[[], None], int]] = [
+            (self.advance, 3), (self.admit_task, 3), (self.claim, 3), (self.renew, 2), (self.start, 3),
+            (self.running, 2), (self.complete, 3), (self.fail_start, 1), (self.release, 1), (self.recover, 2),
+            (self.request_cancel, 1), (self.converge, 1), (self.converge_page, 1), (self.admit_workflow, 1),
+        ]
+
+    def run(self) -> None:
+        try:
+            actions, weights = zip(*self.menu, strict=True)
+            for _ in range(self.ops):
+                self.rng.choices(actions, weights)[0]()
+        except BaseException as e:  # reported by the harness; a crash must not hang the other threads
+            self.crash = e
+
+    def call(self, name: str, args: Record) -> Record | None:
+        try:
+            return self.port.execute(name, args)
+        except QlwfError:
+            return None
+
+    # ---- system commands ------------------------------------------------------------------------
+    def advance(self) -> None:
+        runs = self.world.run_ids()
+        if runs:
+            self.call("advance_frontier", {"runId": self.rng.choice(runs)})
+
+    def admit_task(self) -> None:
+        page = self.call("task_candidates", {"limit": 8})
+        if page and page["candidates"]:
+            c = self.rng.choice(page["candidates"])
+            step_key = c["stepRunId"].split(":", 1)[1]
+            out = self.call("admit_task_attempt", {"runId": c["runId"], "stepRunId": c["stepRunId"],
+                                                   "binding": plans.binding(step_key)})
+            self.world.learn_attempt(out["attempt"] if out else None)
+
+    def recover(self) -> None:
+        page = self.call("recovery_candidates", {"limit": 8})
+        if page and page["candidates"]:
+            c = self.rng.choice(page["candidates"])
+            evidence = self.rng.choice(("not_running", "not_running", "running", "unknown"))
+            out = self.call("recover_attempt", {"attemptId": c["attemptId"], "evidence": evidence})
+            self.world.learn_attempt(out["attempt"] if out else None)
+
+    def request_cancel(self) -> None:
+        runs = self.world.run_ids()
+        if runs and self.rng.random() < 0.3:  # rare: a cancelled workflow stops producing work
+            self.call("request_cancel", {"runId": self.rng.choice(runs), "reason": self.rng.choice(CANCEL_REASONS),
+                                         "actor": {"type": "user", "id": self.worker_id}})
+
+    def converge(self) -> None:
+        runs = self.world.run_ids()
+        if runs:
+            self.call("converge_cancellation", {"runId": self.rng.choice(runs)})
+
+    def converge_page(self) -> None:
+        self.call("converge_cancellation_page", {"limit": self.rng.choice((1, 2, 4))})
+
+    def admit_workflow(self) -> None:
+        with self.world.lock:
+            fresh = len(self.world.plans) < self.world.max_workflows and self.rng.random() < 0.5
+            if fresh:
+                plan = workflow_plan(len(self.world.plans), self.planned_at())
+                self.world.plans.append(plan)
+            else:  # replay an admitted plan: `existing`
+                plan = self.rng.choice(self.world.plans) if self.world.plans else None
+        if plan is not None:
+            self.call("admit_workflow", {"plan": plan})
+
+    # ---- worker protocol ------------------------------------------------------------------------
+    def fence(self, attempt_id: str) -> Record:
+        """The holder's fence most of the time; otherwise this worker with a guessed generation."""
+        with self.world.lock:
+            holder = self.world.holders.get(attempt_id)
+        if holder is not None and self.rng.random() < 0.85:
+            worker, generation = holder
+        else:
+            worker, generation = self.worker_id, self.rng.randint(1, 3)
+        return {"attemptId": attempt_id, "workerId": worker, "leaseGeneration": generation}
+
+    def _attempt_command(self, name: str, extra: Callable[[], Record] = dict) -> None:
+        attempt_id = self.world.pick_attempt(self.rng)
+        if attempt_id is None:
+            return
+        out = self.call(name, self.fence(attempt_id) | extra())
+        if out:
+            self.world.learn_attempt(out.get("attempt"))
+            self.world.learn_lease(out.get("lease"))
+
+    def claim(self) -> None:
+        attempt_id = self.world.pick_attempt(self.rng)
+        if attempt_id is not None:
+            out = self.call("claim_lease", {"attemptId": attempt_id, "workerId": self.worker_id,
+                                            "durationMs": self.rng.choice(LEASE_DURATIONS)})
+            self.world.learn_lease(out["lease"] if out else None)
+
+    def renew(self) -> None:
+        self._attempt_command("renew_lease", lambda: {"durationMs": self.rng.choice(LEASE_DURATIONS)})
+
+    def release(self) -> None:
+        self._attempt_command("release_lease", lambda: {"reason": self.rng.choice(sorted(T.WORKER_RELEASE_REASONS))})
+
+    def start(self) -> None:
+        self._attempt_command("start_attempt", lambda: {"timeoutMs": self.rng.choice(TIMEOUTS)})
+
+    def running(self) -> None:
+        self._attempt_command("record_running")
+
+    def complete(self) -> None:
+        self._attempt_command("complete_attempt", lambda: {"exitCode": self.rng.choice((0, 0, 0, 1))})
+
+    def fail_start(self) -> None:
+        self._attempt_command("fail_start")

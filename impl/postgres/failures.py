@@ -1,0 +1,35 @@
+"""The PostgreSQL error mapping (storage.md §6.2)."""
+
+from __future__ import annotations
+
+import psycopg
+from qlwf.impl.commands.failures import Failures
+from qlwf.model.errors import QlwfError
+
+# Serialization failure, deadlock, lock not available (the 1 s lock timeout): re-run the command.
+RETRYABLE = frozenset({"40001", "40P01", "55P03"})
+# Foreign key, unique and check violations.
+CONSTRAINT = frozenset({"23503", "23505", "23514"})
+
+
+def sqlstate(error: BaseException) -> str | None:
+    return getattr(error, "sqlstate", None)
+
+
+def map_storage_error(fail: Failures, error: BaseException) -> QlwfError:
+    """23503/23505/23514 → Conflict `constraint_violation`; any other error → Unavailable `storage_error`."""
+    if isinstance(error, QlwfError):
+        return error
+    state = sqlstate(error)
+    if state in CONSTRAINT:
+        return fail.conflict("constraint_violation", f"SQLSTATE {state}: {error}")
+    kind = f"SQLSTATE {state}" if state else type(error).__name__
+    return fail.unavailable("storage_error", f"{kind}: {error}")
+
+
+class Retryable(Exception):
+    """A try failed with a retryable SQLSTATE; the command is re-run on a fresh connection."""
+
+    def __init__(self, state: str, error: psycopg.Error) -> None:
+        super().__init__(f"SQLSTATE {state}: {error}")
+        self.sqlstate = state

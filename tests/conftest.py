@@ -1,0 +1,47 @@
+"""Shared pytest configuration: Hypothesis settings profiles and the session's PostgreSQL server.
+
+Select one with HYPOTHESIS_PROFILE (default `ci`):
+* ci   - deterministic (derandomize, no example database), a modest budget: the stateful test takes
+         well under a minute;
+* dev  - random seeds and the local example database, a larger budget;
+* deep - a long campaign for release gates (many more examples, longer step sequences).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+settings.register_profile("ci", derandomize=True, database=None, max_examples=150, stateful_step_count=40,
+                          deadline=None, suppress_health_check=_SLOW_OK, print_blob=False)
+settings.register_profile("dev", max_examples=300, stateful_step_count=60, deadline=None,
+                          suppress_health_check=_SLOW_OK, print_blob=True)
+settings.register_profile("deep", max_examples=3000, stateful_step_count=120, deadline=None,
+                          suppress_health_check=_SLOW_OK, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """The PostgreSQL server of the session for the test_pg_* modules: $QLWF_PG_DSN or a throwaway cluster.
+
+    Without binaries and without QLWF_PG_DSN the tests skip with one clear message, except under
+    CI=true, where that is a failure. The server is also the one the `postgres` conformance backend uses.
+    """
+    from qlwf.impl.postgres.conformance import shared_server, stop_shared_server
+    from qlwf.impl.postgres.server import PostgresUnavailable
+
+    try:
+        server, _ = shared_server()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    yield server
+    stop_shared_server()
