@@ -66,8 +66,42 @@ def conform_sqlite(opts: dict[str, Any]) -> str:
     return _conformance("sqlite", True, 60 if opts.get("quick") else 300, 20261129)
 
 
+def _postgres(run: Any) -> str:
+    """Run a PostgreSQL leg: skip without a server, except under CI=true where that is a failure."""
+    import os
+
+    from qlwf.gate import Skip
+    from qlwf.impl.postgres.server import PostgresUnavailable
+
+    try:
+        summary = run()
+    except PostgresUnavailable as e:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"PostgreSQL leg cannot run under CI: {e}") from e
+        raise Skip(str(e)) from e
+    assert summary.passed, "\n".join([summary.line, *summary.details])
+    return summary.line
+
+
+def conform_postgres(opts: dict[str, Any]) -> str:
+    """The golden corpus and seeded generated traces in lockstep with the model on PostgreSQL."""
+    from qlwf.conformance import concurrency_gate
+
+    return _postgres(lambda: concurrency_gate.conform("postgres", True, 30 if opts.get("quick") else 120, 20261129))
+
+
+def concurrency_postgres(opts: dict[str, Any]) -> str:
+    """K concurrent workers; the committed history must be a legal serial model behaviour."""
+    from qlwf.conformance import concurrency_gate
+
+    ks = (2, 4) if opts.get("quick") else (2, 4, 8)
+    return _postgres(lambda: concurrency_gate.concurrency(ks, 60, 20261129))
+
+
 CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
     Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
+    Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres),
+    Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres),
 ]
