@@ -66,6 +66,27 @@ def conform_sqlite(opts: dict[str, Any]) -> str:
     return _conformance("sqlite", True, 60 if opts.get("quick") else 300, 20261129)
 
 
+def faults_sqlite(opts: dict[str, Any]) -> str:
+    """Lost commit responses (every writing command retried) and crashes before every statement."""
+    from qlwf.conformance import runner
+    from qlwf.conformance.crashes import CrashStats, run_with_crashes
+    from qlwf.conformance.lost_commits import replay_violations, with_lost_commits
+
+    corpus = runner.corpus_traces()
+    replays = [v for t in corpus if (v := replay_violations(t))]
+    assert not replays, "the model breaks the replay principle\n" + "\n".join(replays[0])
+    doubled = runner.run_traces("sqlite", [with_lost_commits(t) for t in corpus])
+    assert doubled.passed, "lost-commit retries diverge\n" + (doubled.failures[0].divergence.render()
+                                                              if doubled.failures[0].divergence else "")
+    stats = CrashStats()
+    for trace in corpus[: 2 if opts.get("quick") else 5]:
+        result = run_with_crashes(trace, stats)
+        assert result.passed, f"crash injection on {trace.name}\n" + (
+            result.divergence.render() if result.divergence else "")
+    return (f"{len(corpus)} corpus traces with every writing command retried; {stats.crash_points} crash points "
+            f"in {stats.commands} commands atomic (kill + abort)")
+
+
 def _postgres(run: Any) -> str:
     """Run a PostgreSQL leg: skip without a server, except under CI=true where that is a failure."""
     import os
@@ -102,6 +123,7 @@ CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
     Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
+    Check("faults-sqlite", "lost commit responses and crashes at every statement boundary", faults_sqlite),
     Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres),
     Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres),
 ]
