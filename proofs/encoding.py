@@ -15,6 +15,8 @@ Abstraction (what a symbolic state is, relative to the model's `State`):
 * StepRun i: status, version, attemptCount, readyAtMs/startedAtMs presence, resultCode, errorSummary,
   the kind of writer of its last mutation (admission / frontier / worker / recovery / convergence,
   i.e. the mutation-id prefix), and its number of `step.*` events.
+* Attempt numbers: the number of attempts admitted per step (older attempts included); the Run's
+  attempt count is their sum (attempt numbers are Run-global, D-12).
 * Attempt: ONE slot per step holding its latest attempt (status, receipt epoch = stepRunVersion,
   callbackSequence, startedAtMs / deadlineAtMs presence, deadline passed, number of timeout
   requests, errorCode/errorSummary, terminating path, lease keys present, mirrored lease generation
@@ -57,6 +59,7 @@ class Step:
     ssum: Any  # errorSummary
     spath: Any  # writer of the last mutation
     nse: Any  # number of step.* events of this StepRun
+    nat: Any  # attempts admitted for this StepRun (all of them, older ones included)
     at: Any   # attempt slot status (`none` = no attempt)
     rv: Any   # receipt stepRunVersion (the admitted epoch)
     cb: Any   # callbackSequence
@@ -127,9 +130,9 @@ class Domains:
 
 STEP_KINDS: dict[str, str] = {
     "st": "step_status", "sv": INT, "ac": INT, "rdy": BOOL, "sst": BOOL, "rc": "step_code", "ssum": "text",
-    "spath": "step_path", "nse": INT, "at": "attempt_status", "rv": INT, "cb": INT, "ast": BOOL, "adl": BOOL,
-    "adp": BOOL, "ntr": INT, "aerr": "attempt_code", "asum": "text", "apath": "attempt_path", "akeys": BOOL,
-    "ls": "lease_state", "lrx": BOOL, "lgen": INT, "lver": INT, "algen": INT, "alver": INT,
+    "spath": "step_path", "nse": INT, "nat": INT, "at": "attempt_status", "rv": INT, "cb": INT, "ast": BOOL,
+    "adl": BOOL, "adp": BOOL, "ntr": INT, "aerr": "attempt_code", "asum": "text", "apath": "attempt_path",
+    "akeys": BOOL, "ls": "lease_state", "lrx": BOOL, "lgen": INT, "lver": INT, "algen": INT, "alver": INT,
     "g_prior_bad": BOOL, "g_nstart": INT,
 }
 RUN_KINDS: dict[str, str] = {
@@ -242,7 +245,7 @@ class Encoding:
     def slot_is_empty(self, s: Step) -> B:
         e = self.empty_slot(s)
         return z3.And([getattr(s, f) == getattr(e, f) for f in STEP_KINDS
-                       if f not in ("st", "sv", "ac", "rdy", "sst", "rc", "ssum", "spath", "nse")]
+                       if f not in ("st", "sv", "ac", "rdy", "sst", "rc", "ssum", "spath", "nse", "nat")]
                       + [s.g_nstart == 0, z3.Not(s.g_prior_bad)])
 
     def has_needs(self, i: int) -> B:
@@ -261,7 +264,7 @@ class Encoding:
             root = z3.Not(self.has_needs(i))
             cs += [s.st == z3.If(root, d.step_status("ready"), d.step_status("pending")), s.sv == 1, s.ac == 0,
                    s.rdy == root, z3.Not(s.sst), s.rc == d.step_code(None), s.ssum == d.text(None),
-                   s.spath == d.step_path("admit"), s.nse == 1, self.slot_is_empty(s)]
+                   s.spath == d.step_path("admit"), s.nse == 1, s.nat == 0, self.slot_is_empty(s)]
         return z3.And(cs)
 
     def need_of(self, fixed: list[list[bool]]) -> B:
@@ -278,7 +281,3 @@ def _ite(c: B, a: Any, b: Any) -> Any:
     if isinstance(a, z3.ExprRef) and isinstance(b, z3.ExprRef) and a.eq(b):
         return a
     return z3.If(c, a, b)
-
-
-def as_int(v: int | E) -> E:
-    return z3.IntVal(v) if isinstance(v, int) else v

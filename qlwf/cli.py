@@ -12,6 +12,8 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_check",
     "qlwf.cmd_oracle",
     "qlwf.cmd_conform",
+    "qlwf.cmd_prove",
+    "qlwf.cmd_explore",
 )
 
 

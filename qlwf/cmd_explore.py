@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from qlwf.conformance.trace import Trace, save
-from qlwf.model.explore import Config, ExploreReport, Finding, ShapeReport, explore
+from qlwf.model.explore import FULL, Alphabet, Config, ExploreReport, Finding, ShapeReport, default_alphabet, explore
 
 DEFAULT_TRACE_DIR = "reports/counterexamples"
 
@@ -25,7 +25,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-steps", type=_positive, required=True, metavar="K", help="largest number of steps")
     p.add_argument("--depth", type=_positive, default=None, metavar="D", help="stop the search at depth D")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--full", action="store_true",
+                   help="give every shape the full alphabet (two attempts and lease generations, deadlines, renew); "
+                        "much larger, for deep campaigns — the manifest pins the default alphabets")
+    p.add_argument("--jobs", type=_positive, default=1, metavar="J", help="explore shapes in J processes")
     p.set_defaults(func=run)
+
+
+def _full(_n_steps: int) -> Alphabet:
+    return FULL
 
 
 def _positive(text: str) -> int:
@@ -70,10 +78,11 @@ def render(report: ExploreReport, out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    cfg = Config(max_steps=args.max_steps, max_depth=args.depth)
+    full = getattr(args, "full", False)
+    cfg = Config(max_steps=args.max_steps, max_depth=args.depth, alphabet=_full if full else default_alphabet)
     if not args.json:
         out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
-    report = explore(cfg, progress=None if args.json else _progress(out))
+    report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))
     findings = report.findings
     paths = write_counterexamples(findings, os.environ.get("QLWF_TRACE_DIR", DEFAULT_TRACE_DIR)) if findings else []
     if args.json:
