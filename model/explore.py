@@ -2,46 +2,62 @@
 
 For every DAG shape with 1..K steps (isomorphic DAGs explored once, through a canonical form) a
 breadth-first search admits one workflow and applies every choice that matters to every reachable
-state, checking INV-1..31 and LIVE-1 (the drain of model/liveness.py) on every distinct state.
+state, checking INV-1..31 and LIVE-1 (the drain of model/liveness.py) on every explored state.
 
-State identity (the abstraction, which makes the space finite)
---------------------------------------------------------------
-Two concrete states are the same explored state when they agree on
+State identity (the abstraction that makes the space finite)
+-------------------------------------------------------------
+The *detailed* identity of a state is
 * the Run: status, cancelReason, errorCode;
-* every StepRun (by step key): status, version, attemptCount, resultCode, readyAtMs set or not;
-* every attempt, by (step key, ordinal within the step) -- Run-global attempt numbers only record
-  the admission interleaving of independent steps: status, errorCode, startedAtMs set, exitCode
-  (none / 0 / non-zero), callbackSequence, whether its StepRun is still at the admitted epoch,
-  whether a task timeout request was written, its deadline (none; for an active attempt pending or
-  passed, for a terminal one just "set"), and its lease as (status, leaseGeneration, releaseReason,
-  live or expired while `leased`);
-and the two are images of each other under an automorphism of the DAG shape (symmetric steps are
-interchangeable). Forgotten: timestamps (time is reduced to the live/expired and pending/passed bits
-above), identifiers and digests (functions of the rest and of time), Run version/eventSequence and
-lease versions (event and renew counts), worker identities (the two workers are symmetric: every
-fence only asks "the holder or the other one").
+* every StepRun (by id): status, version, attemptCount, resultCode, readyAtMs set or not;
+* every attempt, by (StepRun, ordinal within it) -- Run-global attempt numbers only record the
+  admission interleaving of independent steps: status, errorCode, startedAtMs set, exitCode (none /
+  0 / non-zero), callbackSequence, whether its StepRun is still at the admitted epoch, how many task
+  timeout requests were written for it, its deadline (none; pending or passed while the attempt is
+  active; just "set" once it ended), and its lease as (status, leaseGeneration, releaseReason, live
+  or expired while `leased`);
+taken up to the automorphisms of the shape (symmetric steps are interchangeable). The *explored*
+identity is the detailed one with every terminal StepRun reduced to its status: nothing a terminal
+StepRun or its ended attempts carry can change or influence a later command (the frontier and AGG
+read statuses only, ended attempts and their leases are final), so states that differ only there
+behave alike. Such merged variants are still invariant-checked (`checked_variants`), they are just
+not expanded again. Forgotten altogether: timestamps (time is reduced to the bits above),
+identifiers and digests (functions of the rest and of time), Run version/eventSequence and lease
+versions (event and renew counts), worker identities (the two workers are symmetric: every fence
+only asks "the holder or the other one").
 
 Time discipline. Leases last L = 600000 ms, task timeouts are S = 10000 ms, and time moves only by
 two harness steps: `deadlines` (to the last pending task deadline, offered while one is pending) and
 `expire` (to the last pending instant of any timer: every lease and deadline passes). A lease is
-always set after the last `expire`, and at most one `deadlines` step follows each start, so with
-L > (starts + 1) x S no lease can pass during a `deadlines` step (asserted). Under this discipline the
-bits above determine every enabled command and its outcome: the abstraction is exact, and every
-time-driven choice that changes behaviour (a lease live or expired, a deadline passed or not, a
+always set after the last `expire` and at most one `deadlines` step follows each start, so with
+L > (starts + 1) x S no lease passes during a `deadlines` step (asserted). Under this discipline the
+bits above determine every enabled command and its outcome, so the abstraction is exact, and every
+time-driven situation that changes behaviour (a lease live or expired, a deadline passed or not, a
 deadline passed while the lease is still live) is reachable.
 
-Finiteness: one Run per shape; the worker pair {w1, w2}; at most `max_attempts` attempts per StepRun
-(one requeue with the default 2) and `max_generations` lease generations per attempt; cancel reasons
-`user` and `timeout`; exit codes 0 and 1; release reason `declined`; recovery evidence
-not_running, running and unknown.
+Choices (see `Alphabet`): advance_frontier, request_cancel (`user`, `timeout`), converge_cancellation
+and a convergence page on the Run; admit_task_attempt on every ready StepRun; for every attempt:
+claim_lease by each of two workers, and for the live holder renew, release (`declined`), start
+(without timeout or with S), record_running, fail_start, complete (exit 0 or 1); recover_attempt with
+each evidence once the lease expired; and the replays of durable commands by the holder of every
+lease (release; completion and start failure; start and record_running), which must write nothing.
+Refused commands are counted, and must leave the state unchanged.
+
+Finiteness and scope: one Run per shape; two workers; per shape size, at most `max_attempts`
+attempts per StepRun and `max_generations` lease generations per attempt, with or without task
+deadlines and renewals. The richness shrinks as shapes grow so that the product of independent
+steps stays explorable: one step gets every choice (FULL: two attempts, two generations, deadlines,
+renew); two steps keep requeues and deadlines (PAIR); three or more steps explore the coupling of
+the frontier, cancellation and recovery across steps (COUPLING: one attempt and one generation per
+step, no deadlines, no renew).
 """
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +164,7 @@ class Config:
     check_liveness: bool = True
     stop_on_violation: bool = False
     alphabet: Callable[[int], Alphabet] = default_alphabet
+    shapes: tuple[Shape, ...] | None = None  # explore exactly these (default: every shape of 1..max_steps)
     lease_ms: int = LEASE_MS
     timeout_ms: int = TIMEOUT_MS
 
@@ -168,7 +185,7 @@ def _attempts_by_step(state: State) -> dict[str, list[Record]]:
     return by
 
 
-def _attempt_key(state: State, a: Record, step: Record, timeout_requested: set[str]) -> Key:
+def _attempt_key(state: State, a: Record, step: Record, timeout_requested: Counter[str]) -> Key:
     receipt = state.receipts[a["id"]]
     lease = state.leases.get(a["id"])
     lease_key = None if lease is None else (
@@ -181,7 +198,7 @@ def _attempt_key(state: State, a: Record, step: Record, timeout_requested: set[s
     return (a["status"], a.get("errorCode"), "startedAtMs" in a, deadline,
             None if exit_code is None else exit_code == 0, a["callbackSequence"],
             (step["version"], step["stepRunDigest"]) == (receipt["stepRunVersion"], receipt["stepRunDigest"]),
-            a["id"] in timeout_requested, lease_key)
+            timeout_requested[a["id"]], lease_key)
 
 
 def automorphisms(shape: Shape) -> list[tuple[int, ...]]:
@@ -203,19 +220,29 @@ def canonical_key(key: Key, renamings: list[dict[str, str]]) -> Key:
     return min((_rename(key, names) for names in renamings), key=repr)
 
 
-def abstract_state(state: State) -> Key:
-    """The explored state's identity before symmetry reduction (see the module docstring)."""
-    timeout_requested = {e.get("attemptId", "") for events in state.events.values() for e in events
-                         if e["type"] == "workflow.task_timeout_requested"}
+def detailed_state(state: State) -> Key:
+    """Every abstracted fact, terminal StepRuns included, before symmetry reduction."""
+    timeout_requested = Counter(e.get("attemptId", "") for events in state.events.values() for e in events
+                                if e["type"] == "workflow.task_timeout_requested")
     by_step = _attempts_by_step(state)
     runs = tuple((r["id"], r["status"], r.get("cancelReason"), r.get("errorCode"))
                  for r in sorted(state.runs.values(), key=lambda r: r["id"]))
     steps = tuple(
-        (s["id"], s["status"]) if s["status"] in T.TERMINAL_STEP else
         (s["id"], s["status"], s["version"], s["attemptCount"], s["resultCode"], s["readyAtMs"] is not None,
          tuple(_attempt_key(state, a, s, timeout_requested) for a in by_step.get(s["id"], [])))
         for s in sorted(state.step_runs.values(), key=lambda s: s["id"]))
     return runs, steps
+
+
+def collapse(detailed: Key) -> Key:
+    """The explored identity: a terminal StepRun only by its status (nothing else of it matters later)."""
+    runs, steps = detailed
+    return runs, tuple(s[:2] if s[1] in T.TERMINAL_STEP else s for s in steps)
+
+
+def abstract_state(state: State) -> Key:
+    """The explored state's identity before symmetry reduction (see the module docstring)."""
+    return collapse(detailed_state(state))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -278,6 +305,23 @@ def attempt_actions(state: State, a: Record, cfg: Alphabet, lease_ms: int, timeo
             yield _command("complete_attempt", **fence, exitCode=code)
 
 
+def replay_actions(state: State, a: Record) -> Iterator[Action]:
+    """The holder repeating a command whose effect is durable: replay answers, which must write nothing."""
+    lease = state.leases.get(a["id"])
+    if lease is None or lease.get("releaseReason") == "lease_expired":
+        return
+    fence = {"attemptId": a["id"], "workerId": lease["workerId"], "leaseGeneration": lease["leaseGeneration"]}
+    if lease["status"] == "released":
+        yield _command("release_lease", **fence, reason=lease["releaseReason"])
+    elif lease["status"] == "completed":
+        yield _command("complete_attempt", **fence, exitCode=0)
+        yield _command("fail_start", **fence)
+    elif a["status"] in ("starting", "running"):
+        yield _command("start_attempt", **fence, timeoutMs=None)
+        if a["status"] == "running":
+            yield _command("record_running", **fence)
+
+
 def actions(state: State, cfg: Alphabet, lease_ms: int = LEASE_MS, timeout_ms: int = TIMEOUT_MS) -> list[Action]:
     """Every choice offered in `state` (commands first, then the time steps)."""
     out: list[Action] = []
@@ -294,6 +338,7 @@ def actions(state: State, cfg: Alphabet, lease_ms: int = LEASE_MS, timeout_ms: i
         for a in attempts:
             if a["status"] in T.ACTIVE_ATTEMPT:
                 out += attempt_actions(state, a, cfg, lease_ms, timeout_ms)
+            out += replay_actions(state, a)
     out += time_actions(state)
     return out
 
@@ -311,7 +356,7 @@ def take(state: State, action: Action) -> tuple[State, Any]:
 @dataclass
 class Finding:
     shape: str
-    kind: str  # "invariant" | "LIVE-1" | "no-write"
+    kind: str  # "invariant" | "LIVE-1" | "no-write" | "postcondition"
     message: str
     trace_steps: list[TraceStep]
 
@@ -327,9 +372,11 @@ class ShapeReport:
     distinct_states: int = 0
     transitions: int = 0
     refusals: int = 0
+    checked_variants: int = 0  # detailed variants of explored states, invariant-checked but not expanded
     depth: int = 0
     findings: list[Finding] = field(default_factory=list)
     rules: set[str] = field(default_factory=set)
+    observed: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -351,6 +398,10 @@ class ExploreReport:
         return sum(s.refusals for s in self.shapes)
 
     @property
+    def checked_variants(self) -> int:
+        return sum(s.checked_variants for s in self.shapes)
+
+    @property
     def depth(self) -> int:
         return max((s.depth for s in self.shapes), default=0)
 
@@ -362,12 +413,35 @@ class ExploreReport:
     def rules(self) -> set[str]:
         return set().union(*(s.rules for s in self.shapes)) if self.shapes else set()
 
+    @property
+    def observed(self) -> set[str]:
+        return set().union(*(s.observed for s in self.shapes)) if self.shapes else set()
+
     def summary(self) -> dict[str, Any]:
         return {"max_steps": self.max_steps, "shapes": len(self.shapes), "distinct_states": self.distinct_states,
-                "transitions": self.transitions, "refusals": self.refusals, "depth": self.depth,
+                "transitions": self.transitions, "refusals": self.refusals, "checked_variants": self.checked_variants,
+                "depth": self.depth,
                 "seconds": round(self.seconds, 3),
                 "states_per_second": round(self.distinct_states / self.seconds, 1) if self.seconds else None,
                 "violations": len(self.findings)}
+
+
+COUNT_KEYS = ("distinct_states", "transitions", "refusals", "checked_variants", "depth")
+
+
+def shape_size(name: str) -> int:
+    return int(name.split(":", 1)[0])
+
+
+def manifest_counts(report: ExploreReport) -> dict[str, Any]:
+    """Per-shape counts, and the totals for every K up to report.max_steps (model/explore_manifest.json)."""
+    shapes = {r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes}
+    totals = {}
+    for k in range(1, report.max_steps + 1):
+        rows = [c for name, c in shapes.items() if shape_size(name) <= k]
+        totals[str(k)] = {key: (max if key == "depth" else sum)(c[key] for c in rows) for key in COUNT_KEYS}
+        totals[str(k)]["shapes"] = len(rows)
+    return {"totals": totals, "shapes": shapes}
 
 
 def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[TraceStep]:
@@ -389,11 +463,17 @@ def _check_state(state: State, cfg: Config) -> list[tuple[str, str, list[TraceSt
     return found
 
 
-Observer = Callable[[State, TraceStep, Any], None]
+# `observer(state, step, outcome)` sees every committed command transition; what it returns is
+# collected in ShapeReport.observed. A module-level function, so that it also works in --jobs workers.
+Observer = Callable[[State, TraceStep, Any], Iterable[str]]
+# `checker(state, step, outcome)` returns the postconditions one command transition violates (for
+# example the harness's restatement of the command contracts); each becomes a finding.
+Checker = Callable[[State, TraceStep, Any], list[str]]
 
 
-def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None) -> ShapeReport:
-    """BFS over one shape; `observer(state, step, outcome)` sees every committed command transition."""
+def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
+                  checker: Checker | None = None) -> ShapeReport:
+    """Breadth-first search over every reachable explored state of one shape."""
     report = ShapeReport(shape_name(shape))
     alphabet = cfg.alphabet(shape[0])
     plan = build_plan(RUN_ID, PLAN_ID, shape_needs(shape), INITIAL_CLOCK)
@@ -402,14 +482,18 @@ def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None) -
     if out.error is not None:
         raise RuntimeError(f"shape {report.shape} does not admit: {out.error}")
     report.rules |= set(out.rules)
+    if observer is not None:
+        report.observed.update(observer(State(clock=INITIAL_CLOCK), admit, out))
     renamings = [{f"{RUN_ID}:{step_key(i)}": f"{RUN_ID}:{step_key(p[i])}" for i in range(shape[0])}
                  for p in automorphisms(shape)]
 
-    def identity(s: State) -> Key:
-        return canonical_key(abstract_state(s), renamings)
+    def identities(s: State) -> tuple[Key, Key]:
+        detailed = detailed_state(s)
+        return canonical_key(collapse(detailed), renamings), canonical_key(detailed, renamings)
 
-    root = identity(out.state)
+    root, root_detail = identities(out.state)
     parents: dict[Key, tuple[Key | None, TraceStep]] = {root: (None, admit)}
+    checked: set[Key] = {root_detail}
     queue: deque[tuple[State, Key, int]] = deque([(out.state, root, 0)])
     while queue:
         state, key, depth = queue.popleft()
@@ -424,6 +508,9 @@ def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None) -
         for action in actions(state, alphabet, cfg.lease_ms, cfg.timeout_ms):
             new, outcome = take(state, action)
             report.transitions += 1
+            if outcome is not None and checker is not None:
+                report.findings += [Finding(report.shape, "postcondition", p, [*_path(parents, key), action.step])
+                                    for p in checker(state, action.step, outcome)]
             if outcome is not None:
                 if outcome.error is not None:
                     report.refusals += 1
@@ -433,28 +520,51 @@ def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None) -
                     continue
                 report.rules |= set(outcome.rules)
                 if observer is not None:
-                    observer(state, action.step, outcome)
+                    report.observed.update(observer(state, action.step, outcome))
                 status = outcome.result.get("status") if outcome.result else None
                 if status in NO_WRITE and new is not state:
                     report.findings.append(Finding(report.shape, "no-write", f"{status} changed the state",
                                                    [*_path(parents, key), action.step]))
-            new_key = identity(new)
+            new_key, detail = identities(new)
             if new_key not in parents:
                 parents[new_key] = (key, action.step)
                 queue.append((new, new_key, depth + 1))
+            elif detail not in checked:  # merged into an explored state: its own details are still checked
+                report.checked_variants += 1
+                report.findings += [Finding(report.shape, "invariant", str(v), [*_path(parents, key), action.step])
+                                    for v in check_invariants(new)]
+            checked.add(detail)
+            if report.findings and cfg.stop_on_violation:
+                return report
     return report
 
 
+def _explore_one(job: tuple[Shape, Config, Observer | None, Checker | None]) -> ShapeReport:
+    return explore_shape(*job)
+
+
 def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
-            observer: Observer | None = None) -> ExploreReport:
+            observer: Observer | None = None, jobs: int = 1, checker: Checker | None = None) -> ExploreReport:
+    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), in `jobs` forked processes."""
     start = time.perf_counter()
+    todo = cfg.shapes if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1) for s in dag_shapes(n)]
     shapes: list[ShapeReport] = []
-    for n in range(1, cfg.max_steps + 1):
-        for shape in dag_shapes(n):
-            r = explore_shape(shape, cfg, observer)
+    work = [(shape, cfg, observer, checker) for shape in todo]
+    if jobs > 1 and len(work) > 1:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
+            for r in pool.imap(_explore_one, work):
+                shapes.append(r)
+                if progress is not None:
+                    progress(r)
+                if r.findings and cfg.stop_on_violation:
+                    pool.terminate()
+                    break
+    else:
+        for job in work:
+            r = _explore_one(job)
             shapes.append(r)
             if progress is not None:
                 progress(r)
             if r.findings and cfg.stop_on_violation:
-                return ExploreReport(cfg.max_steps, shapes, time.perf_counter() - start)
+                break
     return ExploreReport(cfg.max_steps, shapes, time.perf_counter() - start)

@@ -512,7 +512,9 @@ def _coupling_problem(rv: RunView, a: Record) -> str | None:
     if st == "claimed":
         ok = (ls is None or worker_released or ls == "leased") and at_epoch and "startedAtMs" not in a and cbs == 0
     elif st == "starting":
-        ok = ls == "leased" and at_epoch and cbs == 0
+        # §7: the starting row is "same as claimed", which includes "A.startedAtMs absent" (the start
+        # barrier sets it only on starting -> running); this conjunct was missing.
+        ok = ls == "leased" and at_epoch and "startedAtMs" not in a and cbs == 0
     elif st == "running":
         ok = (ls == "leased" and s["status"] == "running" and s["version"] == r["stepRunVersion"] + 1
               and s["startedAtMs"] == a.get("startedAtMs") and cbs == 1)

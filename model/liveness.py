@@ -162,3 +162,59 @@ def drain(state: State, *, check_each_step: bool = False) -> DrainReport:
         failures.append(f"{commands} commands exceed the LIVE-1 bound {bound}")
     return DrainReport(t_star, commands, bound, tuple(outcomes), tuple(failures), tuple(d.steps),
                        tuple(d.violations), d.state)
+
+
+# ------------------------------------------------------------------------------------------------
+# LIVE-1 clause 3: page drivers reach everything (cancellation.md §8)
+@dataclass(frozen=True)
+class SweepReport:
+    limit: int
+    candidates: tuple[str, ...]  # Runs cancelling when the sweep started, in candidate order
+    processed: tuple[str, ...]  # the Runs of the page outcomes, in order
+    pages: int
+    failures: tuple[str, ...]
+    steps: tuple[TraceStep, ...]
+    final_state: State = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def sweep_problems(candidates: list[str], processed: list[str], pages: int, limit: int) -> list[str]:
+    """A sweep with nothing else happening processes every starting candidate exactly once, in
+    ⌈C / limit⌉ pages (one page when C = 0), and nothing else."""
+    out = [f"{r} processed {processed.count(r)} times in the sweep" for r in candidates if processed.count(r) != 1]
+    out += [f"{r} processed although it was no candidate" for r in dict.fromkeys(processed) if r not in candidates]
+    want = max(1, -(-len(candidates) // limit))
+    if pages != want:
+        out.append(f"the sweep over {len(candidates)} candidates took {pages} pages of {limit}, not {want}")
+    return out
+
+
+def page_sweep(state: State, limit: int) -> SweepReport:
+    """Drive converge_cancellation_page with the caller-held cursor until `next` is null."""
+    candidates = [r["id"] for r in cancelling_runs(state)]
+    d = _Driver(state, check=False)
+    processed: list[str] = []
+    failures: list[str] = []
+    cursor: Record | None = None
+    pages = 0
+    while pages <= len(candidates):
+        result, failure = d.command("converge_cancellation_page", {"limit": limit, **({"after": cursor} if cursor
+                                                                                        else {})})
+        pages += 1
+        if failure or result is None:
+            failures.append(failure or "no page result")
+            break
+        processed += [o["runId"] for o in result["outcomes"]]
+        if result["hasMore"] != bool(cancelling_runs(d.state)):
+            failures.append(f"page {pages}: hasMore={result['hasMore']} disagrees with the remaining candidates")
+        cursor = result["next"]
+        if cursor is None:
+            break
+        if result["scanned"] == 0:
+            failures.append("a page with a cursor but nothing scanned (cancellation.md §9: malformed)")
+            break
+    failures += sweep_problems(candidates, processed, pages, limit)
+    return SweepReport(limit, tuple(candidates), tuple(processed), pages, tuple(failures), tuple(d.steps), d.state)

@@ -1,0 +1,1 @@
+"""Helpers shared by the model-checking tests (stateful machine, explorer, coverage, mutants)."""

@@ -1,0 +1,96 @@
+"""The exhaustive explorer (model/explore.py, `qlwf explore`): shapes, abstraction, counts manifest, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import itertools
+import json
+
+import networkx as nx
+from qlwf.model import explore as E
+from qlwf.model.state import State
+from qlwf.model.system import apply
+from support.explored import explored, load_manifest
+
+from qlwf import cmd_explore
+
+# OEIS A003087: number of unlabeled DAGs with n nodes.
+UNLABELED_DAGS = {1: 1, 2: 2, 3: 6, 4: 31}
+
+
+def graph(shape: E.Shape) -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(shape[0]))
+    g.add_edges_from(shape[1])
+    return g
+
+
+def test_shapes_are_every_dag_once_up_to_isomorphism() -> None:
+    for n, count in UNLABELED_DAGS.items():
+        shapes = E.dag_shapes(n)
+        assert len(shapes) == count
+        graphs = [graph(s) for s in shapes]
+        assert all(nx.is_directed_acyclic_graph(g) for g in graphs)
+        assert not any(nx.is_isomorphic(a, b) for a, b in itertools.combinations(graphs, 2))
+    pairs = [(i, j) for i in range(3) for j in range(3) if i != j]
+    for bits in itertools.product((0, 1), repeat=len(pairs)):  # every labelled digraph on 3 nodes
+        g = nx.DiGraph([p for p, b in zip(pairs, bits, strict=True) if b])
+        g.add_nodes_from(range(3))
+        if nx.is_directed_acyclic_graph(g):
+            assert sum(nx.is_isomorphic(g, graph(s)) for s in E.dag_shapes(3)) == 1
+
+
+def test_symmetric_states_share_one_identity() -> None:
+    """In the two-independent-steps shape, admitting `a` or admitting `b` is the same explored state."""
+    shape = E.dag_shapes(2)[0]
+    assert shape == (2, ())
+    plan = E.build_plan(E.RUN_ID, E.PLAN_ID, E.shape_needs(shape), E.INITIAL_CLOCK)
+    root = apply(State(clock=E.INITIAL_CLOCK), {"name": "admit_workflow", "args": {"plan": plan}}).state
+    renamings = [{f"{E.RUN_ID}:{E.step_key(i)}": f"{E.RUN_ID}:{E.step_key(p[i])}" for i in range(2)}
+                 for p in E.automorphisms(shape)]
+    keys = []
+    for step in plan["steps"]:
+        args = {"runId": E.RUN_ID, "stepRunId": step["stepRunId"], "binding": E.consistent_binding(plan, step)}
+        out = apply(root, {"name": "admit_task_attempt", "args": args})
+        keys.append(E.canonical_key(E.abstract_state(out.state), renamings))
+    assert keys[0] == keys[1]
+    assert E.abstract_state(root) != keys[0]
+
+
+def test_manifest_pins_the_counts_for_k_1_to_3() -> None:
+    report, _ = explored(3)
+    assert not report.findings, "\n".join(f"{f.shape} {f.kind}: {f.message}" for f in report.findings[:5])
+    counts = E.manifest_counts(report)
+    manifest = load_manifest()
+    assert counts["totals"] == manifest["totals"] and counts["shapes"] == manifest["shapes"], (
+        "explorer counts changed; if intended, update model/explore_manifest.json with:\n"
+        + json.dumps(counts, indent=2))
+
+
+def test_depth_limit_bounds_the_search() -> None:
+    full = E.explore(E.Config(max_steps=1))
+    shallow = E.explore(E.Config(max_steps=1, max_depth=3))
+    assert shallow.depth == 3 < full.depth
+    assert 1 < shallow.distinct_states < full.distinct_states
+
+
+def test_cli_json_prints_the_counts() -> None:
+    out = io.StringIO()
+    code = cmd_explore.run(argparse.Namespace(max_steps=1, depth=None, json=True), out)
+    summary = json.loads(out.getvalue())
+    assert code == 0
+    expected = load_manifest()["totals"]["1"]
+    for key in ("distinct_states", "transitions", "depth"):
+        assert summary[key] == expected[key]
+    assert summary["seconds"] > 0 and summary["violations"] == 0
+
+
+def test_cli_table_and_parser() -> None:
+    parser = argparse.ArgumentParser()
+    cmd_explore.register(parser.add_subparsers())
+    args = parser.parse_args(["explore", "--max-steps", "1", "--depth", "2"])
+    out = io.StringIO()
+    assert args.func(args, out) == 0
+    text = out.getvalue()
+    assert "1:-" in text and "distinct states" in text and "states/s" in text

@@ -1,0 +1,94 @@
+"""Counterexamples as traces: written by the explorer and the stateful machine, replayed on the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase
+from mutants import MUTANTS, Mutant
+from qlwf.conformance.trace import Trace, advance, command, load
+from qlwf.model.explore import Config, build_plan, dag_shapes, explore
+from qlwf.model.invariants import consistent_binding
+from qlwf.model.replay import ReplayError, replay_trace, state_diff
+
+from qlwf import cmd_explore
+
+
+def mutant(name: str) -> Mutant:
+    return next(m for m in MUTANTS if m.name == name)
+
+
+def happy_trace() -> Trace:
+    plan = build_plan("run-1", "plan-1", {"a": (), "b": ("a",)}, 1000)
+    a = next(p for p in plan["steps"] if p["stepKey"] == "a")
+    steps = [command("admit_workflow", {"plan": plan}), advance(500),
+             command("admit_task_attempt", {"runId": "run-1", "stepRunId": a["stepRunId"],
+                                            "binding": consistent_binding(plan, a)}),
+             command("request_cancel", {"runId": "run-1", "reason": "user", "actor": {"type": "user", "id": "x"}}),
+             command("advance_frontier", {"runId": "run-1"}),
+             command("converge_cancellation", {"runId": "run-1"})]
+    return Trace("happy path then cancellation", 1000, steps)
+
+
+def test_replay_explains_every_step() -> None:
+    lines: list[str] = []
+    report = replay_trace(happy_trace().to_json(), out=lines.append)
+    assert report.ok and report.liveness is not None and report.liveness.ok
+    assert [s.outcome for s in report.steps] == ["created", "advance_time", "created", "requested",
+                                                 "error Conflict PLUGIN_PACKAGE_WORKFLOW_FRONTIER_CONFLICT "
+                                                 "cancellation_requested", "terminal"]
+    text = "\n".join(lines)
+    assert "+ runs[run-1] running" in text and "~ runs[run-1] " in text and "status: 'running' -> 'cancelled'" in text
+    assert "attempt:converge.cancelled" in text and text.endswith("replay: ok")
+    assert report.steps[4].diff == []  # a refused command changes nothing
+
+
+def test_state_diff_lists_added_changed_and_removed_records() -> None:
+    before = {"runs": [{"id": "r1", "status": "running", "version": 1}],
+              "leases": [{"attemptId": "x", "status": "leased"}]}
+    after = {"runs": [{"id": "r1", "status": "failed", "version": 2}],
+             "events": [{"runId": "r1", "sequence": 2, "type": "workflow.failed"}]}
+    assert state_diff(before, after) == ["~ runs[r1] status: 'running' -> 'failed'; version: 1 -> 2",
+                                         "+ events[r1, 2] workflow.failed", "- leases[x]"]
+
+
+def test_model_replay_refuses_what_it_cannot_replay() -> None:
+    with pytest.raises(ReplayError):
+        replay_trace({"format": "qlwf-trace", "version": 2, "initialClock": 0, "steps": []}, out=lambda _: None)
+    corrupt = {"format": "qlwf-trace", "version": 1, "initialClock": 0,
+               "steps": [{"op": "corrupt", "kind": "runs", "key": ["r"], "patch": {}}]}
+    with pytest.raises(ReplayError, match="cannot be replayed by the pure model"):
+        replay_trace(corrupt, out=lambda _: None)
+
+
+def test_explorer_counterexample_replays_to_the_same_violation(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    mutant("requeue_keeps_epoch").apply(monkeypatch)
+    report = explore(Config(max_steps=1, shapes=tuple(dag_shapes(1)), stop_on_violation=True))
+    (path,) = cmd_explore.write_counterexamples(report.findings[:1], tmp_path)
+    replayed = replay_trace(load(path), out=lambda _: None)
+    at, violation = replayed.first_violation or (None, None)
+    assert at == len(replayed.steps) - 1 and violation is not None and violation.invariant == "INV-21"
+
+
+def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from test_stateful import WorkflowMachine, run_machine
+
+    class Unrecorded(WorkflowMachine):
+        coverage = None
+
+    monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
+    mutant("claim_ignores_intent").apply(monkeypatch)
+    with pytest.raises(AssertionError, match=r"INV-15|D-3"):
+        run_machine(Unrecorded, max_examples=100, stateful_step_count=8, phases=[Phase.generate, Phase.shrink],
+                    derandomize=True, database=None)
+    trace = load(tmp_path / "stateful.json")
+    assert trace.description.startswith("stateful counterexample")
+    names = [s["name"] for s in trace.steps if s["op"] == "command"]
+    assert names[0] == "admit_workflow" and "claim_lease" in names and len(names) <= 12  # shrunk
+    lines: list[str] = []
+    replayed = replay_trace(trace, out=lines.append)
+    assert not replayed.ok
+    assert any("VIOLATED INV-15" in line for line in lines) or any("claim" in line for line in lines)
