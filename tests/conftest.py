@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
-settings.register_profile("ci", derandomize=True, database=None, max_examples=150, stateful_step_count=40,
+settings.register_profile("ci", derandomize=True, database=None, max_examples=120, stateful_step_count=40,
                           deadline=None, suppress_health_check=_SLOW_OK, print_blob=False)
 settings.register_profile("dev", max_examples=300, stateful_step_count=60, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
