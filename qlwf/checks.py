@@ -87,6 +87,34 @@ def faults_sqlite(opts: dict[str, Any]) -> str:
             f"in {stats.commands} commands atomic (kill + abort)")
 
 
+def proofs(opts: dict[str, Any]) -> str:
+    """Every Z3 property (invariants inductive, tables total/deterministic, LIVE-1, pages, BMC)."""
+    from qlwf.proofs.runner import Options, run
+
+    bound = 3 if opts.get("quick") else 5
+    results = run(Options(bound=bound, depth=4))
+    bad = [r for r in results if r.result != "proved"]
+    assert not bad, f"{len(bad)} of {len(results)} properties not proved at bound {bound}\n" + "\n".join(
+        f"{r.name}: {r.result}" for r in bad)
+    return f"{len(results)} properties proved for every workflow of up to {bound} steps"
+
+
+def explorer_manifest(opts: dict[str, Any]) -> str:
+    """Exhaustive exploration of every DAG shape up to K steps matches the pinned manifest."""
+    import json
+
+    from qlwf.model.explore import Config, explore, manifest_counts
+
+    k = 2 if opts.get("quick") else 3
+    report = explore(Config(max_steps=k))
+    counts = manifest_counts(report)["totals"][str(k)]
+    pinned = json.loads((REPO / "model" / "explore_manifest.json").read_text(encoding="utf-8"))["totals"][str(k)]
+    assert not report.findings, f"the explorer found {len(report.findings)} violation(s)\n" + "\n".join(
+        str(f) for f in report.findings[:5])
+    assert counts == pinned, f"explorer counts for K={k} changed: {counts} != pinned {pinned}"
+    return f"K={k}: {counts['distinct_states']} states, {counts['transitions']} transitions, all invariants and LIVE-1"
+
+
 def _postgres(run: Any) -> str:
     """Run a PostgreSQL leg: skip without a server, except under CI=true where that is a failure."""
     import os
@@ -122,6 +150,8 @@ def concurrency_postgres(opts: dict[str, Any]) -> str:
 CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
+    Check("proofs", "Z3: invariants, decision tables, LIVE-1, page bounds", proofs),
+    Check("explorer", "every reachable state of every small DAG; counts match the manifest", explorer_manifest),
     Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
     Check("faults-sqlite", "lost commit responses and crashes at every statement boundary", faults_sqlite),
     Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres),
