@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from . import tables as T
 from .admission import admission_ledger, create_admission_bundle
 from .errors import QlwfError
-from .frontier import is_frontier_candidate, resolve_frontier
+from .frontier import resolve_frontier
 from .records import (
     ATTEMPT_LEASE_KEYS,
     Record,
@@ -666,20 +666,30 @@ def inv27(view: SystemView) -> list[str]:
 
 
 @invariant("INV-28", "Frontier candidate exactness", "ADR-0226 §1, §4 (bounded candidates, no empty writes)")
-@per_run
-def inv28(rv: RunView) -> list[str]:
-    r = rv.run
-    if r["status"] != "running" or rv.intent or rv.plan is None:
-        return []
-    statuses = {s["stepKey"]: s["status"] for s in rv.steps}
-    candidate = is_frontier_candidate(r, rv.plan, statuses)
-    now = max([rv.state.clock, *(s["updatedAtMs"] for s in rv.steps)])
-    try:
-        res = resolve_frontier({"plan": rv.plan, "run": r, "stepRuns": rv.steps, "observedAtMs": now})
-    except QlwfError as e:
-        return [f"frontier resolution fails: {e.message}"]
-    writes = bool(res["stepMutations"]) or res["terminalTransition"] is not None
-    return [] if candidate == writes else [f"candidate={candidate} but advance would write={writes}"]
+def inv28(view: SystemView) -> list[str]:
+    # §9 INV-28 is an "iff" about what frontier_candidates returns: every Run, including terminal Runs
+    # and Runs with intent (which must never be listed), is checked against the query's own rows. The
+    # check used to skip those Runs and test the candidacy predicate instead of the query.
+    from .system import frontier_candidate_rows  # the check reads the query itself
+
+    listed = {row["runId"] for _, row in frontier_candidate_rows(view.state)}
+    out = []
+    for rv in view.runs:
+        r = rv.run
+        writes = False
+        if r["status"] == "running" and not rv.intent and rv.plan is not None:
+            now = max([rv.state.clock, *(s["updatedAtMs"] for s in rv.steps)])
+            try:
+                res = resolve_frontier({"plan": rv.plan, "run": r, "stepRuns": rv.steps, "observedAtMs": now})
+            except QlwfError as e:
+                out.append(f"Run {r['id']}: frontier resolution fails: {e.message}")
+                continue
+            writes = bool(res["stepMutations"]) or res["terminalTransition"] is not None
+        candidate = r["id"] in listed
+        if candidate != writes:
+            out.append(f"Run {r['id']}: candidate={candidate} but running without intent and advance would "
+                       f"write={writes}")
+    return out
 
 
 @invariant("INV-29", "Task candidate exactness", "ADR-0226 §4 (ready projection is not a claim)")
