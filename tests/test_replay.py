@@ -74,21 +74,24 @@ def test_explorer_counterexample_replays_to_the_same_violation(monkeypatch: pyte
 
 def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
+    """The frontier mutant fails INV-28 right after the first admission, whatever the campaign draws:
+    the machine shrinks it to one admission of a one-step plan, writes it, and the replay shows it."""
     from test_stateful import WorkflowMachine, run_machine
 
     class Unrecorded(WorkflowMachine):
         coverage = None
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
-    mutant("claim_ignores_intent").apply(monkeypatch)
-    with pytest.raises(AssertionError, match=r"INV-15|D-3"):
-        run_machine(Unrecorded, max_examples=100, stateful_step_count=8, phases=[Phase.generate, Phase.shrink],
-                    derandomize=True, database=None)
+    mutant("frontier_terminal_with_ready_step").apply(monkeypatch)
+    with pytest.raises(AssertionError, match="INV-28"):
+        run_machine(Unrecorded, max_examples=20, phases=[Phase.generate, Phase.shrink], derandomize=True,
+                    database=None)
     trace = load(tmp_path / "stateful.json")
-    assert trace.description.startswith("stateful counterexample")
-    names = [s["name"] for s in trace.steps if s["op"] == "command"]
-    assert names[0] == "admit_workflow" and "claim_lease" in names and len(names) <= 12  # shrunk
+    assert trace.description.startswith("stateful counterexample") and "INV-28" in trace.description
+    (step,) = trace.steps  # shrunk to the one admission
+    assert step["name"] == "admit_workflow" and len(step["args"]["plan"]["steps"]) == 1
     lines: list[str] = []
     replayed = replay_trace(trace, out=lines.append)
-    assert not replayed.ok
-    assert any("VIOLATED INV-15" in line for line in lines) or any("claim" in line for line in lines)
+    assert replayed.first_violation is not None and replayed.first_violation[0] == 0
+    assert replayed.first_violation[1].invariant == "INV-28"
+    assert any(line.startswith("    VIOLATED INV-28") for line in lines)
