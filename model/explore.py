@@ -34,8 +34,8 @@ bits above determine every enabled command and its outcome, so the abstraction i
 time-driven situation that changes behaviour (a lease live or expired, a deadline passed or not, a
 deadline passed while the lease is still live) is reachable.
 
-Choices (see `Alphabet`): advance_frontier, request_cancel (`user`, `timeout`), converge_cancellation
-and a convergence page on the Run; admit_task_attempt on every ready StepRun; for every attempt:
+Choices (see `Alphabet`): the admission replay (on the fresh Run), advance_frontier, request_cancel (`user`, `timeout`),
+converge_cancellation and a convergence page on the Run; admit_task_attempt on every ready StepRun; for every attempt:
 claim_lease by each of two workers, and for the live holder renew, release (`declined`), start
 (without timeout or with S), record_running, fail_start, complete (exit 0 or 1); recover_attempt with
 each evidence once the lease expired; and the replays of durable commands by the holder of every
@@ -267,8 +267,11 @@ def time_actions(state: State) -> Iterator[Action]:
         yield Action({"op": "advance_time", "deltaMs": max(leases) - state.clock})
 
 
-def run_actions(run: Record, cfg: Alphabet) -> Iterator[Action]:
+def run_actions(state: State, run: Record, cfg: Alphabet) -> Iterator[Action]:
     rid = run["id"]
+    plan = state.admission_of_run(rid)[0]["plan"]
+    if run["version"] == len(plan["steps"]) + 1:  # fresh from admission: its replay answers `existing`
+        yield _command("admit_workflow", plan=plan)
     yield _command("advance_frontier", runId=rid)
     for reason in cfg.cancel_reasons:
         yield _command("request_cancel", runId=rid, reason=reason, actor=CANCEL_ACTOR)
@@ -327,7 +330,7 @@ def actions(state: State, cfg: Alphabet, lease_ms: int = LEASE_MS, timeout_ms: i
     out: list[Action] = []
     by_step = _attempts_by_step(state)
     for run in sorted(state.runs.values(), key=lambda r: r["id"]):
-        out += run_actions(run, cfg)
+        out += run_actions(state, run, cfg)
         plan = state.admission_of_run(run["id"])[0]["plan"]
         for p in plan["steps"]:
             s = state.step_runs[p["stepRunId"]]

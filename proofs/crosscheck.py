@@ -3,9 +3,8 @@
 For every step of seeded random model traces: abstract the concrete pre-state (`abstract`), fix it
 and the abstracted arguments in the command's disjunct, and check with Z3 that
 
-* the model accepted  ⇒  guard ∧ post_c = abstract(model post-state) is satisfiable; since post_c is
-  a function of (pre, arguments), the relation then admits exactly that post-state and nothing
-  else;
+* the model accepted  ⇒  guard ∧ post_c = abstract(model post-state) is satisfiable, and
+  guard ∧ post_c ≠ abstract(model post-state) is not: the relation admits exactly that post-state;
 * the model refused (Invalid / Conflict / Unavailable)  ⇒  the guard is unsatisfiable.
 
 Init is checked the same way against admit_workflow, the query commands against the candidate
@@ -328,9 +327,15 @@ class CrossChecker:
                      " but the guard holds")
             report.refusals[name] += 1
         else:
-            s.add(fix(enc, t.post, post, p.cache))
+            expected = fix(enc, t.post, post, p.cache)
+            s.push()
+            s.add(expected)
             if s.check() != z3.sat:
                 fail("the relation does not admit the model's post-state")
+            s.pop()
+            s.add(z3.Not(expected))  # ... and nothing else (no unconstrained post field)
+            if s.check() != z3.unsat:
+                fail("the relation admits another post-state as well")
         s.pop()
         report.checked[step.name] += 1
 

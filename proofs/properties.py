@@ -40,33 +40,6 @@ def cti(enc: Encoding, model: z3.ModelRef, pre: Sys, t: Transition) -> dict[str,
             "changed": decode.diff(a, b)}
 
 
-SPLIT_AFTER_MS = 1500  # a per-step command query slower than this is re-run once per step index
-NO_TIMEOUT = 4294967295
-
-
-def _check(s: z3.Solver, sel: z3.ExprRef | None, n: int, timeout_ms: int | None) -> tuple[z3.CheckSatResult, int]:
-    """check(); for a per-step command, a slow query is split on its step selector (case sel = k):
-    each case is small, while the whole query makes the arithmetic solver split over all N."""
-    if sel is None:
-        return s.check(), 1
-    s.set("timeout", min(SPLIT_AFTER_MS, timeout_ms or NO_TIMEOUT))
-    answer = s.check()
-    s.set("timeout", timeout_ms or NO_TIMEOUT)
-    if answer != z3.unknown:
-        return answer, 1
-    worst = z3.unsat
-    for k in range(n):
-        s.push()
-        s.add(sel == k)
-        answer = s.check()
-        if answer == z3.sat:
-            return answer, k + 2  # the model is read before the caller pops
-        s.pop()
-        if answer == z3.unknown:
-            worst = z3.unknown
-    return worst, n + 1
-
-
 def prove_invariants(enc: Encoding, sem: Semantics, only: list[str] | None = None,
                      timeout_ms: int | None = None) -> list[Result]:
     invs = [i for i in INVARIANTS if selected(i.name, only)]
@@ -75,22 +48,19 @@ def prove_invariants(enc: Encoding, sem: Semantics, only: list[str] | None = Non
         return []
     results = {p.name: Result(p.name, PROVED, enc.n, 0.0) for p in (*invs, *steps)}
 
-    def run(s: z3.Solver, name: str, negated: z3.BoolRef, on_sat: Callable[[z3.ModelRef], Any],
-            sel: z3.ExprRef | None = None) -> None:
+    def run(s: z3.Solver, name: str, negated: z3.BoolRef, on_sat: Callable[[z3.ModelRef], Any]) -> None:
         res = results[name]
         start = time.perf_counter()
         s.push()
         s.add(negated)
-        answer, queries = _check(s, sel, enc.n, timeout_ms)
-        res.queries += queries
+        answer = s.check()
+        res.queries += 1
         if answer == z3.sat and res.result != VIOLATED:
             res.result = VIOLATED
             res.counterexample = on_sat(s.model())
         elif answer == z3.unknown and res.result == PROVED:
             res.result = UNKNOWN
             res.detail = s.reason_unknown()
-        if answer == z3.sat and sel is not None and queries > 1:
-            s.pop()  # the split case's own scope
         s.pop()
         res.seconds += time.perf_counter() - start
 
@@ -118,11 +88,10 @@ def prove_invariants(enc: Encoding, sem: Semantics, only: list[str] | None = Non
         if answer != z3.sat:
             vacuous.result = VIOLATED if answer == z3.unsat else UNKNOWN
             vacuous.detail = f"no state satisfying the invariants lets {command} change anything"
-        sel = t.args.get("step")
         for inv in invs:
-            run(s, inv.name, z3.Not(inv.fn(sem, t.post)), lambda m, t=t: cti(enc, m, pre, t), sel)
+            run(s, inv.name, z3.Not(inv.fn(sem, t.post)), lambda m, t=t: cti(enc, m, pre, t))
         for prop in steps:
-            run(s, prop.name, z3.Not(prop.fn(sem, pre, t.post, command)), lambda m, t=t: cti(enc, m, pre, t), sel)
+            run(s, prop.name, z3.Not(prop.fn(sem, pre, t.post, command)), lambda m, t=t: cti(enc, m, pre, t))
     for inv in invs:
         results[inv.name].detail = results[inv.name].detail or ("lemma" if inv.lemma else "invariant")
     return [*results.values(), *([vacuous] if selected(vacuous.name, only) else [])]

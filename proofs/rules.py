@@ -66,6 +66,14 @@ class RuleBase:
                       rc=rc_e, ssum=ssum_e, spath=d.step_path(path))
         return z3.And(allowed, shape, count_ok), new
 
+    @staticmethod
+    def counted(moved: Step, s: Step, mutated: B) -> Step:
+        """ite(mutated, moved, s) with the version and event count written `x + If(mutated, 1, 0)`: the
+        Run's increment Σ If(mutated_k, 1, 0) then shares those terms, so INV-1/INV-8 need no case split
+        over the N steps (otherwise the solver's time grows exponentially with N)."""
+        inc = z3.If(mutated, 1, 0)
+        return replace(Encoding.ite_step(mutated, moved, s), sv=s.sv + inc, nse=s.nse + inc)
+
     def bump(self, r: Run, k: Any, **counts: Any) -> Run:
         """k events appended: version, eventSequence and the event count move together (INV-1)."""
         upd = {name: getattr(r, name) + v for name, v in counts.items()}

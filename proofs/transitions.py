@@ -72,7 +72,7 @@ class Semantics(WorkerPath):
             code = z3.If(p.skip[i], d.step_code(t.FRONTIER_SKIP_RESULT_CODE), d.step_code(None))
             g_mut, moved = self.mutate(s, target, "frontier", code)
             checks.append(z3.Implies(p.mutated[i], g_mut))
-            steps.append(e.ite_step(p.mutated[i], moved, s))
+            steps.append(self.counted(moved, s, p.mutated[i]))
         code_known = d.run_status.isin(p.agg_status, t.FRONTIER_TERMINAL_ERROR_CODE)
         code = d.run_status.select(p.agg_status, {s: d.run_code(c) for s, c in t.FRONTIER_TERMINAL_ERROR_CODE.items()},
                                    d.run_code(None))
@@ -179,7 +179,7 @@ class Semantics(WorkerPath):
             settles.append(a_settle)
             blocks.append(z3.Or(a_blocked, s_blocked))
             mutates.append(mutate)
-            steps.append(e.ite_step(mutate, moved, after))
+            steps.append(self.counted(moved, after, mutate))
         a = z3.Sum([z3.If(x, 1, 0) for x in settles])
         m = z3.Sum([z3.If(x, 1, 0) for x in mutates])
         return z3.And(checks), settles, blocks, mutates, steps, a, m

@@ -6,14 +6,18 @@ import argparse
 import json
 import random
 import re
+from dataclasses import replace
 
 import pytest
+import z3
 from qlwf.model.cancellation import accumulate_page, page_bounds_problem
 from qlwf.proofs import crosscheck, pages, runner
+from qlwf.proofs.encoding import Sys
 from qlwf.proofs.invariants import INVARIANTS, NOT_ENCODED
 from qlwf.proofs.mutants import MUTANTS, RecoveryRefusesIntent
 from qlwf.proofs.results import PROVED, VIOLATED
-from qlwf.proofs.transitions import COMMANDS
+from qlwf.proofs.rules import Transition
+from qlwf.proofs.transitions import COMMANDS, Semantics
 
 from qlwf import cmd_prove
 
@@ -56,6 +60,21 @@ def test_crosscheck_agrees_with_the_model(report: crosscheck.Report) -> None:
 def test_crosscheck_can_fail() -> None:
     rep = crosscheck.run(seed=5, traces=200, semantics=RecoveryRefusesIntent, stop_on_mismatch=True, max_steps=3)
     assert any(m.command == "recover_attempt" for m in rep.mismatches)
+
+
+class _LooseTime(Semantics):
+    """advance_time leaves the timeout-request count unconstrained: a relation that is not a function."""
+
+    def advance_time(self, pre: Sys, tag: str) -> Transition:
+        t = super().advance_time(pre, tag)
+        free = z3.Int(f"{tag}.free")
+        steps = tuple(replace(s, ntr=z3.If(free > 0, s.ntr, s.ntr + free)) for s in t.post.steps)
+        return Transition(t.name, t.args, t.guard, replace(t.post, steps=steps))
+
+
+def test_crosscheck_rejects_a_relation_admitting_other_post_states() -> None:
+    rep = crosscheck.run(seed=1, traces=20, semantics=_LooseTime, stop_on_mismatch=True)
+    assert rep.mismatches and rep.mismatches[0].problem == "the relation admits another post-state as well"
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
