@@ -10,7 +10,7 @@ from .errors import QlwfError, Unavailable
 from .records import (
     Failer,
     Record,
-    attempt_problem,
+    foreign_attempt_keys,
     is_array,
     is_object,
     make_event,
@@ -18,7 +18,7 @@ from .records import (
     shared_step_run,
 )
 from .steprun import transition_normalized_mutation
-from .values import INT31_MAX, is_int, is_int31
+from .values import INT31_MAX, is_int, is_int31, is_timestamp, same
 
 CANCEL_FAIL = Failer(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
 PAGE_FAIL = Failer(T.FAMILIES["page"].invalid or "", "page_invalid")
@@ -41,37 +41,56 @@ def cancel_step_witness(rule: str, status: str, reason_kind: str) -> str:
     }.get(rule, f"cancel.step:mutate.{status}/{reason_kind}")
 
 
+# (attempt key, receipt key) pairs that cancellation.md §3 item 8c requires to agree.
+_ATTEMPT_RECEIPT_AGREEMENT = (
+    ("id", "attemptId"), ("runId", "runId"), ("stepRunId", "stepRunId"), ("attempt", "attemptNumber"),
+    ("executorType", "executorType"), ("createdAtMs", "admittedAtMs"),
+)
+
+
 def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]) -> Record:
+    """cancellation.md §3 item 8 for one active entry; its attempt is a ql3 snapshot (records.md §6.7)."""
     fail = CANCEL_FAIL
     fail.check(is_object(entry) and set(entry) == {"admission", "attempt", "leaseStatus"},
                f"active entry {i} must be exactly {{admission, attempt, leaseStatus}}")
-    try:
+    try:  # 8a
         receipt = normalize_task_receipt(entry["admission"])
     except QlwfError:
         fail("active Attempt admission is invalid")
     attempt = entry["attempt"]
+    # 8b, plus the one shape check of a snapshot attempt (records.md §6.7): generic-record keys only.
     fail.check(is_object(attempt) and type(attempt.get("status")) is str and attempt["status"] in T.ACTIVE_ATTEMPT,
                f"active entry {i} attempt is not claimed, starting or running")
-    problem = attempt_problem(attempt)
-    fail.check(problem is None, f"active entry {i}: {problem}")
-    fail.check(attempt["id"] == receipt["attemptId"] and attempt["runId"] == run["id"] == receipt["runId"]
-               and attempt["stepRunId"] == receipt["stepRunId"] and attempt["attempt"] == receipt["attemptNumber"]
-               and attempt["executorType"] == receipt["executorType"]
-               and attempt["createdAtMs"] == receipt["admittedAtMs"], f"active entry {i} disagrees with its admission")
-    fail.check(is_int31(attempt["callbackSequence"]), "callbackSequence invalid")
-    fail.check(entry["leaseStatus"] is None or entry["leaseStatus"] in T.LEASE_STATUSES, "leaseStatus invalid")
+    foreign = foreign_attempt_keys(attempt)
+    fail.check(not foreign, f"active entry {i} attempt has keys outside the RunAttempt record: {foreign[:3]}")
+    # 8c: a missing key fails here, since it cannot agree with the receipt.
+    fail.check(same(run["id"], receipt["runId"])
+               and all(same(attempt.get(a), receipt[r]) for a, r in _ATTEMPT_RECEIPT_AGREEMENT),
+               f"active entry {i} disagrees with its admission")
+    fail.check(is_int31(attempt.get("callbackSequence")), f"active entry {i} callbackSequence invalid")  # 8d
+    lease_status = entry["leaseStatus"]
+    fail.check(lease_status is None or (type(lease_status) is str and lease_status in T.LEASE_STATUSES),
+               f"active entry {i} leaseStatus invalid")  # 8e
     s = steps_by_id.get(receipt["stepRunId"])
-    fail.check(s is not None and s["kind"] == "task", f"active entry {i} names no task StepRun")
+    fail.check(s is not None and s["kind"] == "task", f"active entry {i} names no task StepRun")  # 8f
     assert s is not None
-    if attempt["status"] in ("claimed", "starting"):
+    if attempt["status"] in ("claimed", "starting"):  # 8g
         fail.check(s["status"] == "ready" and s["version"] == receipt["stepRunVersion"]
                    and s["stepRunDigest"] == receipt["stepRunDigest"] and "startedAtMs" not in attempt,
                    "pre-start Attempt crossed its admitted StepRun epoch")
-    else:
+    else:  # 8h
         fail.check(s["status"] == "running" and s["version"] == receipt["stepRunVersion"] + 1
                    and s["startedAtMs"] is not None and "startedAtMs" in attempt,
                    "running Attempt is not at its running StepRun epoch")
-    return {"admission": receipt, "attempt": attempt, "leaseStatus": entry["leaseStatus"]}
+    return {"admission": receipt, "attempt": attempt, "leaseStatus": lease_status}
+
+
+def _check_entry_times(e: Record, observed: int) -> None:
+    """cancellation.md §3 item 9: observedAtMs is not before the attempt's times."""
+    a = e["attempt"]
+    started = a.get("startedAtMs", 0)
+    CANCEL_FAIL.check(is_timestamp(started), f"Attempt {a['id']} startedAtMs is not a timestamp")
+    CANCEL_FAIL.check(observed >= a["createdAtMs"] and observed >= started, "observedAtMs precedes an Attempt time")
 
 
 def _bump(v: int, s: int) -> tuple[int, int]:
@@ -94,6 +113,7 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
     fail.check(is_int31(run.get("version")) and is_int31(run.get("eventSequence")), "Run counters invalid")
     requested = run["cancelRequestedAtMs"]
     fail.check(is_int(requested) and requested >= 0, "cancelRequestedAtMs invalid")
+    # run.id is read by items 7 and 8c; README §6 "Errors": a value read is type-checked where first read.
     fail.check(type(run.get("id")) is str, "Run id invalid")
     observed = snapshot.get("observedAtMs")
     fail.check(is_int(observed) and observed >= 0 and observed >= requested, "observedAtMs invalid or precedes intent")
@@ -119,8 +139,7 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
         a = e["attempt"]
         fail.check(a["stepRunId"] not in seen_steps, "more than one active Attempt for a StepRun")
         seen_steps.add(a["stepRunId"])
-        fail.check(observed >= a["createdAtMs"] and observed >= a.get("startedAtMs", 0),
-                   "observedAtMs precedes an Attempt time")
+        _check_entry_times(e, observed)
 
     reason = run["cancelReason"]
     target = T.CANCEL_REASON_TARGET[reason]

@@ -89,7 +89,7 @@ def _topological_keys(plan: Record) -> list[str]:
     dependents: dict[str, list[str]] = {k: [] for k in indeg}
     for s in plan["steps"]:
         for d in s["needs"]:
-            if d not in dependents:
+            if d not in dependents:  # unreachable: normalize_plan (records.md §6.1) rejects it first
                 raise Invalid(FRONTIER_FAIL.code, FRONTIER_FAIL.reason, "dependency is missing")
             dependents[d].append(s["stepKey"])
     order = [k for k, n in indeg.items() if n == 0]
@@ -98,7 +98,7 @@ def _topological_keys(plan: Record) -> list[str]:
             indeg[dep] -= 1
             if indeg[dep] == 0:
                 order.append(dep)
-    if len(order) != len(indeg):
+    if len(order) != len(indeg):  # unreachable: normalize_plan (records.md §6.1) rejects cycles first
         raise Invalid(FRONTIER_FAIL.code, FRONTIER_FAIL.reason, "dependency graph is cyclic")
     return order
 

@@ -62,6 +62,7 @@ def _admit_workflow(inp: Any) -> Answer:
 
 
 def _step_transition(inp: Any) -> Answer:
+    # The oracle's own request shape for state-machines.md §3.3's three arguments (decisions Q-4).
     if not is_object(inp) or set(inp) != {"current", "command", "context"}:
         raise Invalid(T.FAMILIES["step_run"].invalid or "", "step_run_invalid",
                       "step-transition input must be exactly {current, command, context}")

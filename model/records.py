@@ -539,13 +539,15 @@ _ATTEMPT_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
 
 
 def attempt_problem(x: Any) -> str | None:
-    """Type and shape problems of a RunAttempt (model subset), or None."""
+    """Type and shape problems of a stored model RunAttempt (the model subset), or None.
+
+    For stored records only (integrity loads, INV-6): ql3 snapshots given to the pure functions
+    are checked by their own lists (cancellation.md §3 item 8, task-attempts.md §8 item 4).
+    """
     if not is_object(x):
         return "attempt must be an object"
-    optional = tuple(k for k in ATTEMPT_KEYS if k not in ATTEMPT_REQUIRED_KEYS)
     if any(k not in x for k in ATTEMPT_REQUIRED_KEYS) or set(x) - set(ATTEMPT_KEYS):
         return "attempt keys mismatch"
-    del optional
     for key, rule in _ATTEMPT_RULES:
         if key in x and not rule(x[key]):
             return f"attempt {key} is invalid"
@@ -553,6 +555,24 @@ def attempt_problem(x: Any) -> str | None:
     if any(present) and not all(present):
         return "attempt lease keys must be all present or all absent"
     return None
+
+
+# records.md §6.7: keys of the generic ql3 RunAttempt record outside the model subset (D-13). The
+# model never stores them, but a ql3 snapshot handed to a pure function may carry any of them.
+GENERIC_ATTEMPT_EXTRA_KEYS = (
+    "workerSessionId", "workerGeneration", "executorHandle", "pid", "logArtifactId", "leaseToken",
+    "leaseTokenDigest", "offerId", "callbackTokenHash",
+)
+GENERIC_ATTEMPT_KEYSET = frozenset((*ATTEMPT_KEYS, *GENERIC_ATTEMPT_EXTRA_KEYS))
+
+
+def foreign_attempt_keys(x: Record) -> list[str]:
+    """Keys of a snapshot attempt that the generic RunAttempt record does not have (records.md §6.7).
+
+    This is the only shape check of an attempt given to a pure function: the exact model key set
+    and "lease keys together" are invariants of stored model records, never input checks.
+    """
+    return sorted(k for k in x if k not in GENERIC_ATTEMPT_KEYSET)
 
 
 def normalize_attempt(x: Any, fail: Failer) -> Record:

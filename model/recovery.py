@@ -9,15 +9,15 @@ from . import tables as T
 from .records import (
     Failer,
     Record,
-    attempt_problem,
     exact_keys,
+    foreign_attempt_keys,
     is_object,
     make_event,
     normalize_step_run,
     normalize_task_receipt,
 )
 from .steprun import transition_step_run_mutation
-from .values import is_int, is_int31, is_timestamp
+from .values import is_int, is_int31, is_timestamp, same
 
 RECOVERY_FAIL = Failer(T.FAMILIES["task_recovery"].invalid or "", "input_invalid")
 RECOVERY_INPUT_KEYS = ("admission", "run", "attempt", "stepRun", "reason", "observedAtMs")
@@ -25,6 +25,12 @@ SYSTEM_ACTOR: Record = {"type": "system"}
 
 # (reason, attempt status) → required StepRun shape ("epoch" = ready at the admitted epoch,
 # "running_epoch" = running at version + 1 with startedAtMs).
+# (attempt key, receipt key) pairs that task-attempts.md §8 item 4 requires to agree.
+_ATTEMPT_RECEIPT_AGREEMENT = (
+    ("id", "attemptId"), ("runId", "runId"), ("stepRunId", "stepRunId"), ("attempt", "attemptNumber"),
+    ("executorType", "executorType"), ("createdAtMs", "admittedAtMs"),
+)
+
 RECOVERY_FIT = {
     ("unstarted_claim_expired", "claimed"): "epoch",
     ("execution_not_running", "starting"): "epoch",
@@ -51,16 +57,19 @@ def build_task_recovery(inp: Any) -> Record:
     fail.check(is_int(v) and is_int(s) and 1 <= v <= T.RECOVERY_RUN_VERSION_MAX and v == s
                and v >= receipt["runVersion"], "run counters invalid")
     attempt = inp["attempt"]
-    problem = attempt_problem(attempt)
-    fail.check(problem is None, f"attempt invalid: {problem}")
-    fail.check(attempt["id"] == receipt["attemptId"] and attempt["runId"] == receipt["runId"]
-               and attempt["stepRunId"] == receipt["stepRunId"] and attempt["attempt"] == receipt["attemptNumber"]
-               and attempt["executorType"] == receipt["executorType"]
-               and attempt["createdAtMs"] == receipt["admittedAtMs"], "attempt disagrees with its receipt")
-    fail.check(attempt["status"] in T.ACTIVE_ATTEMPT, "attempt is not active")
-    fail.check(is_int31(attempt["callbackSequence"]), "callbackSequence invalid")
+    # Item 4. The attempt is a ql3 snapshot (records.md §6.7): besides item 4 its one shape check is
+    # that every key belongs to the generic RunAttempt record; lease keys need not come together.
+    fail.check(is_object(attempt), "attempt must be an object")
+    foreign = foreign_attempt_keys(attempt)
+    fail.check(not foreign, f"attempt has keys outside the RunAttempt record: {foreign[:3]}")
+    fail.check(all(same(attempt.get(a), receipt[r]) for a, r in _ATTEMPT_RECEIPT_AGREEMENT),
+               "attempt disagrees with its receipt")
+    fail.check(type(attempt.get("status")) is str and attempt["status"] in T.ACTIVE_ATTEMPT, "attempt is not active")
+    fail.check(is_int31(attempt.get("callbackSequence")), "callbackSequence invalid")
+    # Item 5.
     fail.check(step_run["id"] == receipt["stepRunId"] and step_run["runId"] == receipt["runId"]
                and step_run["kind"] == "task", "StepRun is not the receipt's task StepRun")
+    # Item 6: the reason fits the attempt and the StepRun.
     fit = RECOVERY_FIT.get((reason, attempt["status"]))
     fail.check(fit is not None, f"reason {reason} does not fit a {attempt['status']} attempt")
     if fit == "epoch":
@@ -70,12 +79,15 @@ def build_task_recovery(inp: Any) -> Record:
     else:
         fail.check(step_run["status"] == "running" and step_run["version"] == receipt["stepRunVersion"] + 1
                    and step_run["startedAtMs"] is not None, "StepRun is not at the running epoch")
+    # Item 7: the Run's times are always read; the attempt's when present; the StepRun's when set.
     at = inp["observedAtMs"]
-    floors = [run.get("createdAtMs"), run.get("startedAtMs"), attempt["createdAtMs"], attempt.get("startedAtMs"),
-              attempt.get("finishedAtMs"), step_run["createdAtMs"], step_run["updatedAtMs"],
-              step_run["startedAtMs"], step_run["finishedAtMs"]]
-    fail.check(is_timestamp(at) and all(f is None or (is_int(f) and at >= f) for f in floors),
-               "observedAtMs precedes a recorded time")
+    fail.check(is_timestamp(at), "observedAtMs is not a timestamp")
+    floors = [run.get("createdAtMs"), run.get("startedAtMs"), attempt["createdAtMs"],
+              *(attempt[k] for k in ("startedAtMs", "finishedAtMs") if k in attempt)]
+    fail.check(all(is_timestamp(f) for f in floors), "a recorded Run or attempt time is not a timestamp")
+    floors += [t for t in (step_run["createdAtMs"], step_run["updatedAtMs"], step_run["startedAtMs"],
+                           step_run["finishedAtMs"]) if t is not None]
+    fail.check(all(at >= f for f in floors), "observedAtMs precedes a recorded time")
 
     r = ids.recovery_hash(run["id"], attempt["id"], attempt["callbackSequence"], step_run["id"],
                           step_run["version"], reason)

@@ -136,6 +136,7 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
 
 
 def _check_context(context: Any) -> Record:
+    """records.md §6.5 "Mutation context": exactly its keys, counters that leave room for +1, an actor."""
     fail = STEP_FAIL
     exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")
     fail.check(is_int31(context["expectedRunVersion"]) and is_int31(context["expectedRunEventSequence"]),

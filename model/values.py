@@ -39,6 +39,11 @@ def is_timestamp(x: Any) -> bool:
     return is_int_in(x, 0, SAFE_INT_MAX)
 
 
+def same(x: Any, y: Any) -> bool:
+    """JSON equality of an unchecked input value with a checked one: 1.0 and true never equal 1."""
+    return type(x) is type(y) and x == y
+
+
 def is_bool(x: Any) -> bool:
     return type(x) is bool
 
