@@ -40,9 +40,34 @@ def oracle_examples(_opts: dict[str, Any]) -> str:
     for name, content in built.items():
         fn = next((f for prefix, f in fns.items() if name.startswith(prefix)), None)
         if fn is not None:
-            consult(fn, json.loads(json.dumps(content)))
+            model_shaped = consult(fn, json.loads(json.dumps(content))).resolution
+            problem = _ql3_twin_problem(fn, content, model_shaped)
+            assert problem is None, f"{name}: its ql3-shaped twin {problem}"
             count += 1
-    return f"{count} example snapshots resolve"
+    return f"{count} example snapshots and their ql3-shaped twins resolve alike"
+
+
+def _ql3_twin_problem(fn: str, content: Any, model_shaped: dict[str, Any]) -> str | None:
+    """The ql3 twin (generic attempt keys, no leaseVersion, reversed key order) must resolve to the
+    same records, except that its attempt copies keep the input's keys (records.md §6.7)."""
+    from qlwf.conformance.ql3_shape import ql3_input
+    from qlwf.model.canonical import canonical_text
+    from qlwf.model.errors import QlwfError
+    from qlwf.model.oracle import consult
+
+    try:
+        twin = consult(fn, ql3_input(fn, json.loads(json.dumps(content)))).resolution
+    except QlwfError as e:
+        return f"is rejected: {e.code} {e.reason}: {e.message}"
+
+    def comparable(res: dict[str, Any]) -> str:
+        # Attempt copies legitimately differ (they keep the ql3 keys); Run copies differ in key order.
+        skip = {"attemptTransitions", "attempt", "run"}
+        return canonical_text({k: v for k, v in res.items() if k not in skip})
+
+    if comparable(twin) != comparable(model_shaped):
+        return "resolves differently"
+    return None
 
 
 def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from qlwf.conformance.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.invariants import consistent_binding
@@ -111,33 +112,18 @@ class World:
                               "stepRun": s.step_runs[a["stepRunId"]], "reason": reason, "observedAtMs": s.clock})
 
 
-def ql3_attempt(a: Record, *, worker_session: str = "wss-1") -> Record:
-    """`a` as ql3 stores it: generic keys added, no leaseVersion, keys in reverse (non-canonical) order."""
-    out = {k: v for k, v in a.items() if k != "leaseVersion"}
-    out["workerSessionId"] = worker_session
-    out["pid"] = 4242
-    out["executorHandle"] = {"kind": "remote", "node": "n-7"}  # out of scope: any value (records.md §6.7)
-    return dict(reversed(list(out.items())))
-
-
 def reversed_record(x: Record) -> Record:
-    return dict(reversed(list(x.items())))
+    return reversed_keys(x)
 
 
 def ql3_run(run: Record) -> Record:
     """A ql3 Run: keys in reverse order (the pure functions check only the keys their lists name)."""
-    return reversed_record(run)
+    return reversed_keys(run)
 
 
 def assert_copy(input_record: Record, output: Record, changed: tuple[str, ...]) -> None:
-    """records.md §6.7 / §6.2: every input key stays in its place with its value except `changed`;
-    keys not in the input are appended at the end."""
-    keys = list(output)
-    assert keys[: len(input_record)] == list(input_record), "input keys moved or were removed"
-    for k, v in input_record.items():
-        if k not in changed:
-            assert output[k] == v, f"{k} changed"
-    assert set(keys[len(input_record):]) <= set(changed)
+    problem = copy_problem(input_record, output, changed)
+    assert problem is None, problem
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,15 +154,7 @@ def settling_world(stage: str) -> tuple[World, str]:
 
 
 def ql3_cancel_snapshot(snap: Record) -> Record:
-    out = copy.deepcopy(snap)
-    out["run"] = ql3_run(out["run"])
-    out["stepRuns"] = [reversed_record(s) for s in reversed(out["stepRuns"])]
-    out["activeTaskAttempts"] = [
-        {"leaseStatus": e["leaseStatus"], "attempt": ql3_attempt(e["attempt"]),
-         "admission": reversed_record(e["admission"])}
-        for e in reversed(out["activeTaskAttempts"])
-    ]
-    return out
+    return ql3_input("cancel", snap)
 
 
 # --------------------------------------------------------------------------------------------------
