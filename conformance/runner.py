@@ -97,22 +97,33 @@ def _generated_chunk(job: tuple[str, int, int, GeneratorConfig | None, bool, boo
                       invariants_every_step=every_step)
 
 
+CHUNK_TRACES = 8  # smallest work item of a parallel run
+
+
 def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfig | None = None, jobs: int = 1,
-                  invariants: bool = True, invariants_every_step: bool = True) -> RunSummary:
-    """`count` generated traces (seeds seed…seed+count-1), split over `jobs` forked worker processes."""
+                  invariants: bool = True, invariants_every_step: bool = True,
+                  on_result: Callable[[LockstepResult], None] | None = None) -> RunSummary:
+    """`count` generated traces (seeds seed…seed+count-1), split over `jobs` forked worker processes.
+
+    Results come back in seed order whatever `jobs` is; `on_result` sees each one (in a parallel
+    run, a chunk at a time as the chunks finish in order)."""
     jobs = max(1, min(jobs, count))
     if jobs == 1:
         return run_traces(backend, generated_traces(count, seed, config), invariants=invariants,
-                          invariants_every_step=invariants_every_step)
-    sizes = [count // jobs + (1 if i < count % jobs else 0) for i in range(jobs)]
-    starts = [seed + sum(sizes[:i]) for i in range(jobs)]
-    work = [(backend, n, start, config, invariants, invariants_every_step)
-            for n, start in zip(sizes, starts, strict=True)]
+                          invariants_every_step=invariants_every_step, on_result=on_result)
+    # A few chunks per worker: steady progress, yet few fresh stores (each chunk opens one backend).
+    size = max(CHUNK_TRACES, -(-count // (4 * jobs)))
+    work = [(backend, min(size, seed + count - start), start, config, invariants, invariants_every_step)
+            for start in range(seed, seed + count, size)]
     begin = time.perf_counter()
+    merged = RunSummary(backend, coverage=Coverage(backend))
     # fork: workers inherit the backend registry (including backends registered at run time)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = list(pool.map(_generated_chunk, work))
-    merged = RunSummary(backend, coverage=Coverage(backend))
+        parts = []
+        for part in pool.map(_generated_chunk, work):
+            parts.append(part)
+            for result in part.results if on_result is not None else ():
+                on_result(result)
     for part in parts:
         merged.results += part.results
         if part.coverage is not None and merged.coverage is not None:
@@ -122,17 +133,20 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
 
 
 def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, out: TextIO,
-            invariants: bool = True, jobs: int = 1) -> int:
-    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed."""
+            invariants: bool = True, jobs: int = 1,
+            progress: Callable[[LockstepResult], None] | None = None) -> int:
+    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed.
+
+    `progress` sees every result as it arrives (the CLI shows it on stderr); the report goes to `out`."""
 
     def report(result: LockstepResult) -> None:
         if result.divergence is not None and not as_json:
             print(result.divergence.render(), file=out)
+        if progress is not None:
+            progress(result)
 
     summary = run_traces(backend, corpus_traces() if corpus else [], invariants=invariants, on_result=report)
-    generated = run_generated(backend, traces, seed, jobs=jobs, invariants=invariants)
-    for result in generated.results:
-        report(result)
+    generated = run_generated(backend, traces, seed, jobs=jobs, invariants=invariants, on_result=report)
     summary.results += generated.results
     summary.seconds += generated.seconds
     if summary.coverage is not None and generated.coverage is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from qlwf.checks import CHECKS
@@ -13,9 +14,9 @@ def run(args: argparse.Namespace) -> int:
     selected = [c for c in CHECKS if not args.only or c.name in args.only]
     unknown = set(args.only or ()) - {c.name for c in CHECKS}
     if unknown:
-        print(f"unknown check(s): {sorted(unknown)}; known: {[c.name for c in CHECKS]}")
+        print(f"unknown check(s): {sorted(unknown)}; known: {[c.name for c in CHECKS]}", file=sys.stderr)
         return 2
-    results = run_checks(selected, {"quick": args.quick})
+    results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr)
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
@@ -29,7 +30,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("check", help="run the verification gate")
+    checks = "\n".join(f"  {c.name:<22} {c.description}" for c in CHECKS)
+    p = sub.add_parser(
+        "check", help="run the verification gate", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run every check of the gate in order and print one table on stdout; progress (one line as "
+                    "each check starts and ends) goes to stderr.",
+        epilog=f"checks:\n{checks}\n\n"
+               "profiles:\n  (default)  the full budgets\n  --quick    smaller budgets, as CI runs them\n\n"
+               "exit codes:\n  0  every selected check passed\n  1  a check failed\n  2  bad usage\n\n"
+               "PostgreSQL: the *-postgres checks start a throwaway cluster from the local server binaries\n"
+               "(initdb, pg_ctl, postgres: on PATH, under /usr/lib/postgresql/*/bin, or QLWF_PG_BIN), or use\n"
+               "the server that QLWF_PG_DSN names. Without either they are skipped, and under CI=true they fail.")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--quick", action="store_true", help="smaller budgets (for a fast local loop)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")

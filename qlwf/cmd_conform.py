@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qlwf.conformance import backends, runner
+from qlwf.progress import Progress
 
 
 def register(subparsers: Any) -> None:
@@ -86,8 +87,14 @@ def _run_conform(args: argparse.Namespace) -> int:
     traces = args.traces if args.traces is not None else (0 if args.concurrency else 100)
     code = 0
     if args.corpus or traces or not args.concurrency:
-        code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
-                              invariants=not args.no_invariants, jobs=max(1, args.jobs))
+        total = traces + (len(runner.corpus_traces()) if args.corpus else 0)
+        bar = Progress(f"conform {args.backend}", total)
+        try:
+            code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
+                                  invariants=not args.no_invariants, jobs=max(1, args.jobs),
+                                  progress=lambda r: bar.advance(1, r.steps))
+        finally:
+            bar.close()
     if args.concurrency:
         from qlwf.conformance.concurrency import concurrency_check
 

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 class Skip(Exception):
@@ -32,9 +32,13 @@ class Check:
     run: Callable[[dict[str, Any]], str]  # returns a one-line summary or raises AssertionError / Skip
 
 
-def run_checks(checks: list[Check], options: dict[str, Any]) -> list[CheckResult]:
+def run_checks(checks: list[Check], options: dict[str, Any], progress: TextIO | None = None) -> list[CheckResult]:
+    """Run every check in order; `progress` (stderr in the CLI) gets a line as each starts and ends."""
     results = []
-    for check in checks:
+    for i, check in enumerate(checks, start=1):
+        tag = f"qlwf check [{i}/{len(checks)}] {check.name}"
+        if progress is not None:
+            print(f"{tag}: started — {check.description}", file=progress, flush=True)
         t0 = time.perf_counter()
         try:
             summary = check.run(options)
@@ -47,6 +51,8 @@ def run_checks(checks: list[Check], options: dict[str, Any]) -> list[CheckResult
         except Exception as e:
             status, summary, details = "failed", f"{type(e).__name__}: {e}", traceback.format_exc().splitlines()
         results.append(CheckResult(check.name, status, round(time.perf_counter() - t0, 3), summary, details))
+        if progress is not None:
+            print(f"{tag}: {status} in {results[-1].seconds:.1f} s — {summary}", file=progress, flush=True)
     return results
 
 

@@ -1,0 +1,99 @@
+"""The first run: the `qlwfw` wrapper, its help, caller-relative paths, the server install, packaging."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WRAPPER = REPO / "qlwfw"
+
+
+def wrapper(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(WRAPPER), *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_help_lists_the_wrapper_and_every_qlwf_command(tmp_path: Path) -> None:
+    out = wrapper("--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for word in ("check", "test", "install-postgres", "oracle", "conform", "replay", "prove", "explore"):
+        assert f"  {word}" in out.stdout, word
+
+
+def test_check_help_lists_checks_profiles_exit_codes_and_postgres(tmp_path: Path) -> None:
+    from qlwf.checks import CHECKS
+
+    out = wrapper("check", "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for check in CHECKS:
+        assert check.name in out.stdout
+    for text in ("--quick", "exit codes", "QLWF_PG_DSN", "CI=true"):
+        assert text in out.stdout
+
+
+def test_relative_paths_are_the_callers(tmp_path: Path) -> None:
+    shutil.copy(REPO / "examples" / "frontier-diamond-root-succeeded.json", tmp_path / "snap.json")
+    out = wrapper("oracle", "frontier", "snap.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith('{"schema":')
+    report = wrapper("check", "--only", "spec-vectors", "--json", "gate.json", cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (tmp_path / "gate.json").is_file() and not (REPO / "gate.json").exists()
+    # progress goes to stderr, the report to stdout
+    assert "qlwf check [1/1] spec-vectors: started" in report.stderr
+    assert "started" not in report.stdout
+
+
+def _fake_apt(tmp_path: Path, exit_code: int) -> tuple[dict[str, str], Path, Path]:
+    """A fake apt-get on PATH that records the policy-rc.d it sees, and exits with `exit_code`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "seen-policy"
+    policy = tmp_path / "policy-rc.d"
+    fake = bin_dir / "apt-get"
+    fake.write_text(f'#!/bin/sh\ncat "{policy}" > "{seen}"\nexit {exit_code}\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "QLWFW_POLICY_RC_D": str(policy)}
+    return env, policy, seen
+
+
+def test_server_install_keeps_an_existing_policy_and_reports_a_failed_install(tmp_path: Path) -> None:
+    env, policy, seen = _fake_apt(tmp_path, 100)
+    policy.write_text("#!/bin/sh\n# the machine's own policy\nexit 0\n")
+    original = policy.read_text()
+    out = wrapper("install-postgres", cwd=tmp_path, env=env)
+    assert out.returncode == 100
+    assert "installing the postgresql package failed (apt-get exit 100)" in out.stderr
+    assert "exit 101" in seen.read_text()  # during the install, services were kept from starting
+    assert policy.read_text() == original  # and the machine's policy is back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "policy-rc.d", "seen-policy"]
+
+
+def test_server_install_removes_the_policy_it_created(tmp_path: Path) -> None:
+    env, policy, seen = _fake_apt(tmp_path, 0)
+    out = wrapper("install-postgres", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "exit 101" in seen.read_text()
+    assert not policy.exists()
+
+
+def test_the_package_builds_quietly_with_its_data(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w",
+                          str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300, check=False)
+    if out.returncode != 0 and "No matching distribution" in out.stderr:
+        pytest.skip("no package index reachable for the build requirements")
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stdout + out.stderr, out.stdout + out.stderr
+    (wheel,) = tmp_path.glob("qlwf-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for required in ("qlwf/impl/sqlite/schema.sql", "qlwf/impl/postgres/schema.sql",
+                     "qlwf/model/explore_manifest.json"):
+        assert required in names
+    assert any(n.startswith("qlwf/conformance/corpus/") and n.endswith(".json") for n in names)
