@@ -30,7 +30,7 @@ class Progress:
         self.done = 0
         self.steps = 0
         self.start = time.monotonic()
-        self._shown = 0.0
+        self._shown = float("-inf")  # the first advance always shows
 
     def advance(self, traces: int = 1, steps: int = 0) -> None:
         self.done += traces
