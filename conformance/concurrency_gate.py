@@ -5,7 +5,8 @@
 * `concurrency(ks=(2, 4, 8), ops=60, seed=S)` — the concurrency check for each K
   (`qlwf.conformance.concurrency.concurrency_check` for a single K).
 
-Both return a `GateSummary` (`passed`, a one-line `line`, `details`). Both raise
+Both return a `GateSummary` (`passed`, a one-line `line`, `details`, and the `evidence` counts the
+gate judges). Both raise
 `qlwf.impl.postgres.server.PostgresUnavailable` when no server can be provided (no binaries and no
 QLWF_PG_DSN), so a gate can report a skip with that message.
 """
@@ -24,6 +25,7 @@ class GateSummary:
     passed: bool
     line: str
     details: list[str] = field(default_factory=list)
+    evidence: dict[str, int] = field(default_factory=dict)
 
 
 def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, seed: int = 0,
@@ -35,10 +37,15 @@ def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, s
         parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
     failures = [r for p in parts for r in p.failures]
     details = [failures[0].divergence.render()] if failures and failures[0].divergence else []
-    return GateSummary(not failures, "; ".join(p.line() for p in parts), details)
+    evidence = {"traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
+                "invariant_checks": sum(p.invariant_checks for p in parts),
+                "rule_rows_covered": len(runner.covered_rule_rows(parts))}
+    return GateSummary(not failures, "; ".join(p.line() for p in parts), details, evidence)
 
 
 def concurrency(ks: Sequence[int] = (2, 4, 8), ops: int = 60, seed: int = 0) -> GateSummary:
     reports = [concurrency_check(k=k, ops=ops, seed=seed) for k in ks]
     details = [p for r in reports for p in r.problems]
-    return GateSummary(all(r.passed for r in reports), "; ".join(r.line() for r in reports), details)
+    evidence = {"histories": len(reports), "max_workers": max((r.config.k for r in reports), default=0),
+                "commits": sum(r.commits for r in reports), "transactions": sum(r.transactions for r in reports)}
+    return GateSummary(all(r.passed for r in reports), "; ".join(r.line() for r in reports), details, evidence)

@@ -94,6 +94,7 @@ class LockstepResult:
     backend_seconds: float = 0.0  # the backend's commands (and fault injections)
     snapshot_seconds: float = 0.0  # reading the backend's store back
     check_seconds: float = 0.0  # model snapshot, comparisons, invariants, expectations
+    invariant_checks: int = 0  # backend snapshots the invariants were evaluated on (gate evidence)
 
     @property
     def passed(self) -> bool:
@@ -161,6 +162,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                            record_diffs=snapshot_diff(model_snapshot, backend_snapshot))
         if invariants is not None and (invariants_every_step or last):
             violations = _backend_only_violations(invariants, backend_snapshot, done.state)
+            result.invariant_checks += 1
             if violations:
                 return diverge("invariant", f"{len(violations)} invariant(s) fail on the backend snapshot",
                                model_outcome=done.outcome, backend_outcome=got, rules=done.rules,

@@ -49,6 +49,10 @@ class RunSummary:
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def invariant_checks(self) -> int:
+        return sum(r.invariant_checks for r in self.results)
+
     def line(self) -> str:
         rate = self.steps / self.seconds if self.seconds > 0 else 0.0
         verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} failing)"
@@ -65,6 +69,11 @@ class RunSummary:
                            "checkSeconds": round(sum(r.check_seconds for r in self.results), 3)},
                 "failures": [r.divergence.to_json() for r in self.failures if r.divergence],
                 "coverage": self.coverage.report() if self.coverage else None}
+
+
+def covered_rule_rows(parts: Iterable[RunSummary]) -> set[str]:
+    """The model rule-table rows that the runs exercised (conformance/coverage.py's vocabulary)."""
+    return {row for p in parts if p.coverage is not None for row in p.coverage.report()["rules"]["covered"]}
 
 
 def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True, invariants_every_step: bool = True,

@@ -205,7 +205,8 @@ class Driver:
         plan = make_plan(run_id, needs, 1000)
         state = State(clock=1000)
         out = apply(state, {"name": "admit_workflow", "args": {"plan": plan}})
-        assert out.ok, out.error
+        if not out.ok:
+            raise ValueError(f"the driver's own admission failed: {out.error}")
         steps = [TraceStep("admit_workflow", {"plan": plan}, state, out.state, out)]
         state = out.state
         step_ids = [p["stepRunId"] for p in plan["steps"]]

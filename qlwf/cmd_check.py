@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from qlwf.checks import CHECKS
-from qlwf.gate import render_table, run_checks, write_json, write_junit
+from qlwf.checks import CHECKS, LEGS
+from qlwf.gate import EXIT_USAGE, exit_code, render_counts, render_table, run_checks, write_json, write_junit
 
 
 def run(args: argparse.Namespace) -> int:
@@ -15,18 +15,15 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(args.only or ()) - {c.name for c in CHECKS}
     if unknown:
         print(f"unknown check(s): {sorted(unknown)}; known: {[c.name for c in CHECKS]}", file=sys.stderr)
-        return 2
-    results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr)
+        return EXIT_USAGE
+    results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=frozenset(args.skip or ()))
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
     if args.junit:
         write_junit(results, Path(args.junit))
-    failed = [r.name for r in results if r.status == "failed"]
-    passed = sum(r.status == "passed" for r in results)
-    skipped = sum(r.status == "skipped" for r in results)
-    print(f"qlwf check: {passed} passed, {len(failed)} failed, {skipped} skipped")
-    return 1 if failed else 0
+    print(render_counts(results))
+    return exit_code(results)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,12 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "each check starts and ends) goes to stderr.",
         epilog=f"checks:\n{checks}\n\n"
                "profiles:\n  (default)  the full budgets\n  --quick    smaller budgets, as CI runs them\n\n"
-               "exit codes:\n  0  every selected check passed\n  1  a check failed\n  2  bad usage\n\n"
+               "verdicts: passed, failed, unknown (no problem found but too little evidence: a count below its\n"
+               "floor in model/gate_evidence.json, or a leg that could not run), skipped (only by --skip)\n\n"
+               "exit codes:\n  0  every check that ran passed\n  1  a check failed\n  2  bad usage\n"
+               "  3  no failure, but a check is unknown (or every check was skipped)\n\n"
                "PostgreSQL: the *-postgres checks start a throwaway cluster from the local server binaries\n"
                "(initdb, pg_ctl, postgres: on PATH, under /usr/lib/postgresql/*/bin, or QLWF_PG_BIN), or use\n"
-               "the server that QLWF_PG_DSN names. Without either they are skipped, and under CI=true they fail.")
+               "the server that QLWF_PG_DSN names. Without either they are unknown (the gate is red); leave the\n"
+               "leg out on purpose with --skip postgres, and the report says so.")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--quick", action="store_true", help="smaller budgets (for a fast local loop)")
+    p.add_argument("--skip", action="append", choices=[leg for leg in LEGS if leg != "core"], metavar="LEG",
+                   help="leave a whole leg out (postgres); the report says so")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

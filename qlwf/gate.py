@@ -1,4 +1,18 @@
-"""The correctness gate: named checks, one result each, rendered as a table, JSON and JUnit XML."""
+"""The correctness gate: named checks, each with a three-valued verdict resting on its evidence.
+
+A check returns `Evidence`: what it looked at (counts) and what it found wrong (problems). The
+gate, not the check, decides the verdict (Jepsen's valid? true | false | unknown):
+
+* failed  — the check found a problem (or crashed);
+* unknown — no problem, but not enough evidence: a count below its floor in
+  `model/gate_evidence.json`, a count the floors ask for that the check did not report, no floor
+  defined for the check at all, a gap the check reported itself (a leg that could not run, a
+  property list different from the registry), or `NoEvidence` raised;
+* passed  — no problem and every floor met;
+* skipped — left out on request (`--skip LEG`); the report says so.
+
+No verdict logic uses `assert`, so `python -O` changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,54 +20,128 @@ import json
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+FLOORS_PATH = Path(__file__).resolve().parent.parent / "model" / "gate_evidence.json"
+VERDICTS = ("passed", "failed", "unknown", "skipped")
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
-class Skip(Exception):
-    """Raised by a check that cannot run on this machine (the message says why)."""
+
+class NoEvidence(Exception):
+    """Raised by a check that could not gather any evidence here (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    summary: str
+    counts: Mapping[str, int]
+    problems: tuple[str, ...] = ()  # what the check found wrong: any problem fails the check
+    gaps: tuple[str, ...] = ()  # why the evidence is incomplete, as the check itself knows it
 
 
 @dataclass
 class CheckResult:
     name: str
-    status: str  # passed | failed | skipped
+    status: str  # one of VERDICTS
     seconds: float
     summary: str
     details: list[str] = field(default_factory=list)
+    evidence: dict[str, int] = field(default_factory=dict)
+    floors: dict[str, int] = field(default_factory=dict)
+    gaps: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     description: str
-    run: Callable[[dict[str, Any]], str]  # returns a one-line summary or raises AssertionError / Skip
+    run: Callable[[dict[str, Any]], Evidence]
+    leg: str = "core"  # the part of the gate it belongs to; `--skip LEG` leaves a whole leg out
 
 
-def run_checks(checks: list[Check], options: dict[str, Any], progress: TextIO | None = None) -> list[CheckResult]:
-    """Run every check in order; `progress` (stderr in the CLI) gets a line as each starts and ends."""
+def load_floors(path: Path = FLOORS_PATH) -> dict[str, dict[str, dict[str, int]]]:
+    """{profile: {check: {count: minimum}}} — the minimum evidence of each check per profile."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {profile: checks for profile, checks in data["profiles"].items()}
+
+
+def judge(evidence: Evidence, floors: Mapping[str, int] | None) -> tuple[str, list[str]]:
+    """The verdict of one check from its evidence and its floors, with the reasons for `unknown`."""
+    if evidence.problems:
+        return "failed", []
+    gaps = list(evidence.gaps)
+    if not floors:  # fail closed: a check that demands no evidence cannot pass
+        gaps.append("no evidence floor is defined for this check and profile")
+    else:
+        for key, minimum in floors.items():
+            if key not in evidence.counts:
+                gaps.append(f"{key}: not reported (floor {minimum})")
+            elif evidence.counts[key] < minimum:
+                gaps.append(f"{key}: {evidence.counts[key]} < floor {minimum}")
+    return ("unknown" if gaps else "passed"), gaps
+
+
+def run_checks(checks: list[Check], options: dict[str, Any], progress: TextIO | None = None, *,
+               floors: Mapping[str, Mapping[str, int]] | None = None,
+               skip: frozenset[str] = frozenset()) -> list[CheckResult]:
+    """Run every check in order; `progress` (stderr in the CLI) gets a line as each starts and ends.
+
+    `floors` are this profile's floors by check name (default: read from the data file)."""
+    if floors is None:
+        floors = load_floors()["quick" if options.get("quick") else "full"]
     results = []
     for i, check in enumerate(checks, start=1):
         tag = f"qlwf check [{i}/{len(checks)}] {check.name}"
-        if progress is not None:
-            print(f"{tag}: started — {check.description}", file=progress, flush=True)
-        t0 = time.perf_counter()
-        try:
-            summary = check.run(options)
-            status, details = "passed", []
-        except Skip as e:
-            status, summary, details = "skipped", str(e), []
-        except AssertionError as e:
-            lines = str(e).splitlines() or ["assertion failed"]
-            status, summary, details = "failed", lines[0], lines[1:]
-        except Exception as e:
-            status, summary, details = "failed", f"{type(e).__name__}: {e}", traceback.format_exc().splitlines()
-        results.append(CheckResult(check.name, status, round(time.perf_counter() - t0, 3), summary, details))
-        if progress is not None:
-            print(f"{tag}: {status} in {results[-1].seconds:.1f} s — {summary}", file=progress, flush=True)
+        if check.leg in skip:
+            results.append(CheckResult(check.name, "skipped", 0.0, f"skipped by request (--skip {check.leg})"))
+        else:
+            if progress is not None:
+                print(f"{tag}: started — {check.description}", file=progress, flush=True)
+            results.append(_run_one(check, options, floors.get(check.name)))
+        if progress is not None and results[-1].status != "skipped":
+            r = results[-1]
+            print(f"{tag}: {r.status} in {r.seconds:.1f} s — {r.summary}", file=progress, flush=True)
     return results
+
+
+def _run_one(check: Check, options: dict[str, Any], floors: Mapping[str, int] | None) -> CheckResult:
+    t0 = time.perf_counter()
+    try:
+        evidence = check.run(options)
+    except NoEvidence as e:
+        return CheckResult(check.name, "unknown", _since(t0), str(e), floors=dict(floors or {}),
+                           gaps=[f"no evidence: {e}"])
+    except Exception as e:  # a crashing check is a failed check, with its traceback
+        return CheckResult(check.name, "failed", _since(t0), f"{type(e).__name__}: {e}",
+                           traceback.format_exc().splitlines())
+    status, gaps = judge(evidence, floors)
+    details = [line for p in evidence.problems for line in p.splitlines()]
+    summary = evidence.summary
+    if status == "failed":
+        summary = details[0] if details else summary
+        details = details[1:]
+    elif status == "unknown":
+        summary = f"{summary} — insufficient evidence: {gaps[0]}"
+        details = gaps[1:]
+    return CheckResult(check.name, status, _since(t0), summary, details, dict(evidence.counts),
+                       dict(floors or {}), gaps)
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 3)
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    """0 only if every check that ran passed; a failure outranks an unknown."""
+    statuses = {r.status for r in results}
+    if "failed" in statuses:
+        return EXIT_FAILED
+    if "unknown" in statuses or not statuses - {"skipped"}:
+        return EXIT_UNKNOWN
+    return EXIT_PASSED
 
 
 def render_table(results: list[CheckResult]) -> str:
@@ -65,20 +153,39 @@ def render_table(results: list[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+def render_counts(results: list[CheckResult]) -> str:
+    counts = {v: sum(r.status == v for r in results) for v in VERDICTS}
+    line = ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
+    skipped = sorted({r.summary for r in results if r.status == "skipped"})
+    return f"qlwf check: {line}" + (f" ({'; '.join(skipped)})" if skipped else "")
+
+
 def write_json(results: list[CheckResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8")
+    report = {"verdict": {EXIT_PASSED: "passed", EXIT_FAILED: "failed"}.get(exit_code(results), "unknown"),
+              "checks": [asdict(r) for r in results]}
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 def write_junit(results: list[CheckResult], path: Path) -> None:
+    # JUnit has no "unknown": it is reported as an error (the gate is red), distinct from a failure.
     suite = ET.Element("testsuite", name="qlwf-gate", tests=str(len(results)),
                        failures=str(sum(r.status == "failed" for r in results)),
+                       errors=str(sum(r.status == "unknown" for r in results)),
                        skipped=str(sum(r.status == "skipped" for r in results)),
                        time=f"{sum(r.seconds for r in results):.3f}")
     for r in results:
         case = ET.SubElement(suite, "testcase", classname="qlwf.gate", name=r.name, time=f"{r.seconds:.3f}")
+        if r.evidence or r.floors:
+            props = ET.SubElement(case, "properties")
+            for key, value in r.evidence.items():
+                ET.SubElement(props, "property", name=f"evidence.{key}", value=str(value))
+            for key, value in r.floors.items():
+                ET.SubElement(props, "property", name=f"floor.{key}", value=str(value))
         if r.status == "failed":
             ET.SubElement(case, "failure", message=r.summary).text = "\n".join(r.details)
+        elif r.status == "unknown":
+            ET.SubElement(case, "error", type="unknown", message=r.summary).text = "\n".join(r.gaps)
         elif r.status == "skipped":
             ET.SubElement(case, "skipped", message=r.summary)
         else:

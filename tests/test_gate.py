@@ -1,46 +1,172 @@
-"""The gate: results, exit codes and the JSON / JUnit reports CI consumes."""
+"""The gate: three-valued verdicts resting on evidence, exit codes, and the reports CI consumes."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from qlwf.gate import Check, Skip, run_checks, write_json, write_junit
+import pytest
+
+from qlwf import checks
+from qlwf.gate import (
+    EXIT_FAILED,
+    EXIT_PASSED,
+    EXIT_UNKNOWN,
+    Check,
+    Evidence,
+    NoEvidence,
+    exit_code,
+    judge,
+    load_floors,
+    run_checks,
+    write_json,
+    write_junit,
+)
+
+FLOORS = {"a": {"n": 2}, "b": {"n": 2}, "c": {"n": 2}, "d": {"n": 2}, "e": {"n": 2}, "f": {"n": 2}}
 
 
-def _passing(_o: dict) -> str:
-    return "fine"
+def _passing(_o: dict) -> Evidence:
+    return Evidence("fine", {"n": 3})
 
 
-def _failing(_o: dict) -> str:
-    raise AssertionError("broken invariant\nstep 3: details")
+def _failing(_o: dict) -> Evidence:
+    return Evidence("looked at 3", {"n": 3}, ("broken invariant\nstep 3: details",))
 
 
-def _skipping(_o: dict) -> str:
-    raise Skip("no server")
+def _thin(_o: dict) -> Evidence:
+    return Evidence("looked at 1", {"n": 1})
 
 
-def _crashing(_o: dict) -> str:
+def _no_server(_o: dict) -> Evidence:
+    raise NoEvidence("no server")
+
+
+def _crashing(_o: dict) -> Evidence:
     raise KeyError("boom")
 
 
-def test_results_and_reports(tmp_path: Path) -> None:
-    results = run_checks([Check("a", "", _passing), Check("b", "", _failing), Check("c", "", _skipping),
-                          Check("d", "", _crashing)], {})
-    assert [r.status for r in results] == ["passed", "failed", "skipped", "failed"]
+def _silent(_o: dict) -> Evidence:
+    return Evidence("reported nothing", {})
+
+
+def test_verdicts_rest_on_evidence(tmp_path: Path) -> None:
+    results = run_checks([Check("a", "", _passing), Check("b", "", _failing), Check("c", "", _thin),
+                          Check("d", "", _no_server), Check("e", "", _crashing), Check("f", "", _silent),
+                          Check("g", "", _passing)], {}, floors=FLOORS)
+    assert [r.status for r in results] == ["passed", "failed", "unknown", "unknown", "failed", "unknown", "unknown"]
     assert results[1].summary == "broken invariant" and results[1].details == ["step 3: details"]
-    assert "KeyError" in results[3].summary
+    assert results[2].gaps == ["n: 1 < floor 2"]
+    assert results[3].gaps == ["no evidence: no server"]
+    assert "KeyError" in results[4].summary
+    assert results[5].gaps == ["n: not reported (floor 2)"]
+    assert results[6].gaps == ["no evidence floor is defined for this check and profile"]
+    assert exit_code(results) == EXIT_FAILED
+    assert exit_code([r for r in results if r.status != "failed"]) == EXIT_UNKNOWN
+    assert exit_code(results[:1]) == EXIT_PASSED
+
     write_json(results, tmp_path / "g.json")
-    assert [r["name"] for r in json.loads((tmp_path / "g.json").read_text())] == ["a", "b", "c", "d"]
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["verdict"] == "failed"
+    assert [c["name"] for c in report["checks"]] == list("abcdefg")
+    assert report["checks"][2]["evidence"] == {"n": 1} and report["checks"][2]["floors"] == {"n": 2}
     write_junit(results, tmp_path / "g.xml")
     suite = ET.parse(tmp_path / "g.xml").getroot()
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "7", "2", "4", "0")
+    case = suite.find("testcase[@name='c']")
+    assert case is not None and case.find("error[@type='unknown']") is not None
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props == {"evidence.n": "1", "floor.n": "2"}
+
+
+def test_a_gap_the_check_reports_makes_it_unknown() -> None:
+    assert judge(Evidence("s", {"n": 5}, gaps=("a property list differs",)), {"n": 1}) == (
+        "unknown", ["a property list differs"])
+    assert judge(Evidence("s", {"n": 5}, problems=("x",), gaps=("g",)), {"n": 1})[0] == "failed"
+
+
+def test_skip_leaves_a_leg_out_and_says_so() -> None:
+    results = run_checks([Check("a", "", _passing), Check("d", "", _no_server, leg="postgres")], {},
+                         floors=FLOORS, skip=frozenset({"postgres"}))
+    assert [r.status for r in results] == ["passed", "skipped"]
+    assert results[1].summary == "skipped by request (--skip postgres)"
+    assert exit_code(results) == EXIT_PASSED
+    assert exit_code(results[1:]) == EXIT_UNKNOWN  # a gate that ran nothing verified nothing
+
+
+def test_every_check_has_floors_in_both_profiles() -> None:
+    floors = load_floors()
+    for profile in ("quick", "full"):
+        for check in checks.CHECKS:
+            assert floors[profile].get(check.name), f"{profile}/{check.name} has no evidence floor"
+
+
+def test_conform_with_no_traces_is_unknown_not_passed() -> None:
+    evidence = checks._conformance("sqlite", False, 0, 1)
+    status, gaps = judge(evidence, load_floors()["quick"]["conform-sqlite"])
+    assert status == "unknown" and any(g.startswith("traces: 0 <") for g in gaps)
+
+
+def test_conform_without_an_invariant_checker_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlwf.conformance import runner
+
+    monkeypatch.setattr(runner, "load_invariant_check", lambda: None)
+    evidence = checks._conformance("sqlite", False, 2, 1)
+    assert evidence.counts["invariant_checks"] == 0
+    status, gaps = judge(evidence, load_floors()["quick"]["conform-sqlite"])
+    assert status == "unknown" and any(g.startswith("invariant_checks: 0 <") for g in gaps)
+
+
+def test_proofs_with_a_partial_property_list_are_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlwf.proofs import runner
+    from qlwf.proofs.runner import ALL_PROPERTIES
+
+    class Proved:
+        def __init__(self, name: str) -> None:
+            self.name, self.result = name, "proved"
+
+    monkeypatch.setattr(runner, "run", lambda _options: [Proved(n) for n in ALL_PROPERTIES[1:]])
+    evidence = checks.proofs({"quick": True})
+    assert not evidence.problems and evidence.gaps and ALL_PROPERTIES[0] in evidence.gaps[0]
+
+
+def test_a_missing_postgres_server_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlwf.impl.postgres.server import PostgresUnavailable
+
+    def unavailable() -> None:
+        raise PostgresUnavailable("no binaries")
+
+    with pytest.raises(NoEvidence, match="no binaries"):
+        checks._postgres(unavailable)
 
 
 def test_check_command_exit_codes(tmp_path: Path) -> None:
     from qlwf.cli import main
 
     assert main(["check", "--only", "spec-vectors", "--json", str(tmp_path / "r.json")]) == 0
-    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "passed"
+    assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["status"] == "passed"
     assert main(["check", "--only", "no-such-check"]) == 2
+
+
+def test_a_broken_vector_fails_even_under_python_O() -> None:
+    program = ("import sys, qlwf.vectors as v; k = next(iter(v.EXPECTED)); v.EXPECTED[k] = 'wrong'; "
+               "from qlwf.cli import main; sys.exit(main(['check', '--only', 'spec-vectors']))")
+    out = subprocess.run([sys.executable, "-O", "-c", program], capture_output=True, text=True, timeout=120,
+                         check=False, env={**os.environ})
+    assert out.returncode == EXIT_FAILED, out.stdout + out.stderr
+    assert "spec-vectors  failed" in out.stdout
+
+
+def test_the_coverage_floor_is_every_reachable_rule_row() -> None:
+    from qlwf.conformance.coverage import rule_rows, unreachable_in_v1
+
+    reachable = [r for r in rule_rows() if not unreachable_in_v1(r)]
+    floors = load_floors()
+    for profile in ("quick", "full"):
+        for check in ("conform-sqlite", "conform-postgres"):
+            assert floors[profile][check]["rule_rows_covered"] == len(reachable)
