@@ -16,7 +16,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown check(s): {sorted(unknown)}; known: {[c.name for c in CHECKS]}", file=sys.stderr)
         return EXIT_USAGE
-    results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=frozenset(args.skip or ()))
+    if args.self_test:
+        from qlwf.selftest import self_test
+
+        results = self_test(skip=frozenset(args.skip or ()), progress=sys.stderr)
+    else:
+        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=frozenset(args.skip or ()))
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
@@ -46,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--quick", action="store_true", help="smaller budgets (for a fast local loop)")
     p.add_argument("--skip", action="append", choices=[leg for leg in LEGS if leg != "core"], metavar="LEG",
                    help="leave a whole leg out (postgres); the report says so")
+    p.add_argument("--self-test", action="store_true",
+                   help="plant one fault per layer and require the owning check to fail (quick budgets)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

@@ -1,0 +1,215 @@
+"""`qlwf check --self-test`: plant one fault per layer and require the owning check to turn red.
+
+A gate that passes is only worth something if it fails on a broken system. Each fault below is a
+plausible bug in one layer (a model rule, a decision-table row, a proof encoding, a SQLite storage
+statement, a PostgreSQL storage statement, a schema constraint). It is planted in a fresh forked
+process, the check that owns the layer runs there with the quick budgets, and the self-test passes
+only if that check reports `failed` — not `unknown` (no evidence is no detection) and not `passed`.
+A fault that cannot be planted (its target text or attribute no longer exists) is a self-test
+failure too, so the catalogue cannot rot silently.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from qlwf.checks import CHECKS
+from qlwf.gate import Check, CheckResult, load_floors, run_checks
+
+
+class NotPlanted(Exception):
+    """The fault's target no longer exists: the catalogue must be updated."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    layer: str
+    check: str  # the gate check that owns the layer and must catch the fault
+    breaks: str  # the spec rule the fault violates
+    plant: Callable[[], None]  # runs in the child process only
+
+
+def _model_rule() -> None:
+    from qlwf.model import frontier
+
+    original = frontier.step_decision
+
+    def decide(step: Any, status_of: dict[str, str], doomed: dict[str, bool]) -> str:
+        relaxed = {k: "succeeded" if v == "running" else v for k, v in status_of.items()}
+        return original(step, relaxed, doomed)
+
+    frontier.step_decision = decide
+
+
+def _table_row() -> None:
+    from qlwf.model import tables as T
+
+    if T.CANCEL_ATTEMPT_TABLE.get(("claimed", "leased")) != "blocked":
+        raise NotPlanted("CANCEL_ATTEMPT_TABLE[claimed, leased] is no longer 'blocked'")
+    T.CANCEL_ATTEMPT_TABLE[("claimed", "leased")] = "settle"
+
+
+def _proof_encoding() -> None:
+    from qlwf.proofs import mutants, runner
+
+    mutant = mutants.BY_NAME.get("recovery-refuses-intent")
+    if mutant is None:
+        raise NotPlanted("proofs.mutants has no recovery-refuses-intent disjunct")
+    original = runner.build
+
+    def build(options: runner.Options) -> Any:
+        enc, _sem, _ = original(options)
+        return enc, mutant.semantics(enc), None
+
+    runner.build = build
+
+
+def _sqlite_statement() -> None:
+    from qlwf.impl.sqlite import store
+
+    def active_attempts_of_run(self: Any, run_id: str) -> list[Any]:
+        # The status list of the active-attempt query loses 'running'.
+        return self._all(store.ATTEMPTS, "run_id = ? AND status IN ('claimed', 'starting')", (run_id,), "id")
+
+    if not hasattr(store.SqliteStore, "active_attempts_of_run"):
+        raise NotPlanted("SqliteStore.active_attempts_of_run no longer exists")
+    store.SqliteStore.active_attempts_of_run = active_attempts_of_run  # type: ignore[method-assign]
+
+
+def _postgres_statement() -> None:
+    from qlwf.impl.postgres import store
+
+    if getattr(store, "_ACTIVE", None) != "('claimed', 'starting', 'running')":
+        raise NotPlanted("impl/postgres/store.py _ACTIVE is no longer the active status list")
+    store._ACTIVE = "('claimed', 'starting')"
+
+
+def _schema_constraint() -> None:
+    from qlwf.impl.sqlite import migrations
+
+    right = 'ON "StepRuns" (run_id, step_key)'
+    wrong = 'ON "StepRuns" (step_key)'  # step keys unique across all workflows instead of per Run
+    first = migrations.MIGRATIONS[0]
+    text = first.load_sql()
+    if right not in text:
+        raise NotPlanted(f"the SQLite schema no longer has {right!r}")
+    planted = migrations.Migration(first.version, first.name, lambda: text.replace(right, wrong))
+    migrations.MIGRATIONS = (planted, *migrations.MIGRATIONS[1:])
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault("ready-while-need-running", "model rule", "explorer",
+          "frontier.md §4.3: a step is readied only when every need succeeded", _model_rule),
+    Fault("settle-leased-claim", "decision table row", "explorer",
+          "cancellation.md §5 / D-7: a claimed attempt with a leased lease blocks", _table_row),
+    Fault("recovery-refuses-intent", "proof encoding", "proofs",
+          "D-2: recovery applies whether or not the Run has cancel intent", _proof_encoding),
+    Fault("sqlite-active-without-running", "SQLite storage statement", "conform-sqlite",
+          "storage.md: active attempts are claimed, starting and running", _sqlite_statement),
+    Fault("postgres-active-without-running", "PostgreSQL storage statement", "conform-postgres",
+          "storage.md: active attempts are claimed, starting and running", _postgres_statement),
+    Fault("step-key-unique-across-runs", "schema constraint", "conform-sqlite",
+          "storage.md §2: step keys are unique per Run, not across Runs", _schema_constraint),
+)
+
+
+@dataclass
+class FaultResult:
+    fault: Fault
+    verdict: str  # the owning check's verdict with the fault planted
+    summary: str
+
+    @property
+    def caught(self) -> bool:
+        return self.verdict == "failed"
+
+
+def _child(fault: Fault, check: Check, floors: dict[str, int] | None, conn: Connection) -> None:
+    try:
+        fault.plant()
+        (result,) = run_checks([check], {"quick": True}, floors={check.name: floors or {}})
+        conn.send((result.status, result.summary))
+    except NotPlanted as e:
+        conn.send(("not planted", str(e)))
+    except BaseException as e:  # report anything, never hang the parent
+        conn.send(("error", f"{type(e).__name__}: {e} {traceback.format_exc(limit=3)}"))
+    finally:
+        conn.close()
+
+
+class _Running:
+    """One fault's check running in its own forked process."""
+
+    def __init__(self, fault: Fault) -> None:
+        check = next(c for c in CHECKS if c.name == fault.check)
+        floors = load_floors()["quick"].get(check.name)
+        ctx = multiprocessing.get_context("fork")  # the fault lives and dies with the child
+        self.fault = fault
+        self.start = time.perf_counter()
+        self.conn, child = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_child, args=(fault, check, floors, child))
+        self.proc.start()
+        child.close()
+
+    def finish(self, timeout: float) -> tuple[FaultResult, float]:
+        try:
+            if self.conn.poll(timeout):
+                verdict, summary = self.conn.recv()
+            else:
+                verdict, summary = "error", f"no verdict within {timeout:.0f} s"
+        except EOFError:
+            verdict, summary = "error", f"the check process died (exit {self.proc.exitcode})"
+        finally:
+            self.proc.join(5)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+        return FaultResult(self.fault, verdict, summary), round(time.perf_counter() - self.start, 3)
+
+
+def self_test(skip: frozenset[str] = frozenset(), progress: Any = None, jobs: int = 2,
+              timeout: float = 600.0) -> list[CheckResult]:
+    """One gate result per fault (in catalogue order): passed when its owning check caught it.
+
+    Up to `jobs` faults run at once, each in its own process."""
+    legs = {c.name: c.leg for c in CHECKS}
+    done: dict[str, CheckResult] = {}
+    queue = [f for f in FAULTS if legs[f.check] not in skip]
+    for f in FAULTS:
+        if legs[f.check] in skip:
+            done[f.name] = CheckResult(f"self-test:{f.name}", "skipped", 0.0,
+                                       f"skipped by request (--skip {legs[f.check]})")
+    running: list[_Running] = []
+    while queue or running:
+        while queue and len(running) < max(1, jobs):
+            fault = queue.pop(0)
+            if progress is not None:
+                print(f"qlwf check --self-test: planting {fault.name} ({fault.layer}) → {fault.check}",
+                      file=progress, flush=True)
+            running.append(_Running(fault))
+        current = running.pop(0)
+        r, seconds = current.finish(timeout)
+        done[r.fault.name] = _result(r, seconds)
+        if progress is not None:
+            print(f"qlwf check --self-test: {r.fault.name}: {done[r.fault.name].status} in {seconds:.1f} s",
+                  file=progress, flush=True)
+    return [done[f.name] for f in FAULTS]
+
+
+def _result(r: FaultResult, seconds: float) -> CheckResult:
+    f = r.fault
+    if r.caught:
+        status, summary = "passed", f"{f.layer} fault caught by {f.check}: {r.summary}"
+    elif r.verdict == "unknown":
+        status, summary = "unknown", f"{f.check} had no evidence with the fault planted: {r.summary}"
+    else:
+        status, summary = "failed", f"{f.layer} fault NOT caught by {f.check} ({r.verdict}): {r.summary}"
+    return CheckResult(f"self-test:{f.name}", status, seconds, summary, [f"breaks: {f.breaks}"],
+                       {"caught": int(r.caught)}, {"caught": 1})
