@@ -65,9 +65,13 @@ def _finite_float(text: str) -> float:
 
 def _bounded_int(text: str) -> int:
     value = int(text)
-    # Integers are exact in Python, but the literal must still denote a double-range number (1E400 is rejected too).
-    if len(text) >= _DOUBLE_DIGITS and abs(value) > sys.float_info.max:
-        raise ValueError(f"number {_clip(text)} overflows a double")
+    # Python integers are exact, but the literal must denote a double like any other number:
+    # float() rounds as the float parser does, so 1E400 and its 401-digit spelling fail alike.
+    if len(text) >= _DOUBLE_DIGITS:
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"number {_clip(text)} overflows a double") from None
     return value
 
 
