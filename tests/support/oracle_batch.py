@@ -47,8 +47,14 @@ class BatchClient:
         self._answers.put(b"")  # end of output
 
     def send(self, line: bytes) -> None:
-        self.stdin.write(line)
-        self.stdin.flush()
+        try:
+            self.stdin.write(line)
+            self.stdin.flush()
+        except BrokenPipeError:
+            rc = self.proc.wait(10)
+            assert self.proc.stderr is not None
+            tail = self.proc.stderr.read()[-1500:].decode("utf-8", "replace")
+            raise AssertionError(f"batch died while reading its input (exit {rc}):\n{tail}") from None
 
     def answer(self, timeout: float | None = None) -> bytes:
         """The next raw answer line; fails on a timeout or on end of output."""
