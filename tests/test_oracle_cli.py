@@ -232,7 +232,7 @@ def test_single_command_ends_quietly_when_stdout_is_closed() -> None:
     proc = subprocess.Popen([*ORACLE_COMMAND, "frontier", str(EXAMPLES / SNAPSHOTS["frontier"])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.close()  # before the interpreter has even imported the model
+    proc.stdout.close()  # long before the answer is written: the interpreter is still starting
     rc = proc.wait(STARTUP_S)
     assert (rc, proc.stderr.read()) == (0, b"")
     proc.stderr.close()
