@@ -83,6 +83,9 @@ FUNCTIONS: dict[str, Callable[[Any], Answer]] = {
 
 def consult(fn: str, inp: Any) -> Answer:
     """Resolve `inp` with the pure function `fn`; raises the model's typed errors."""
+    if not isinstance(fn, str):  # checked first: an unhashable fn would make the lookup raise TypeError
+        raise Invalid(ORACLE_REQUEST_INVALID, "unknown_function",
+                      f"an oracle function is named by a string, not {type(fn).__name__}")
     if fn not in FUNCTIONS:
         raise Invalid(ORACLE_REQUEST_INVALID, "unknown_function", f"unknown oracle function {fn!r}")
     return FUNCTIONS[fn](inp)

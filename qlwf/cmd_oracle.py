@@ -1,103 +1,293 @@
-"""`qlwf oracle`: consult the specification oracle on ql3 JSON snapshots."""
+"""`qlwf oracle`: consult the specification oracle on ql3 JSON snapshots.
+
+Every input passes one strict gate before the model sees it: UTF-8, RFC 8259 JSON without
+duplicate keys, non-finite or double-overflowing numbers and lone surrogates, nested at most
+MAX_DEPTH deep (docs/decisions.md Q-4, Q-12). What passes is canonically encodable, so the model
+only ever sees JSON it can echo, and every answer is written by an encoder that cannot raise.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
 import sys
-from typing import Any, TextIO
+from typing import Any
 
-from qlwf.model.canonical import canonical_text
+from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.oracle import FUNCTIONS, ORACLE_REQUEST_INVALID, consult
 
 EXIT_INPUT = 2  # malformed or inconsistent input (typed model error)
-EXIT_INTERNAL = 70  # a bug in the oracle itself; never expected
+EXIT_INTERNAL = 70  # a bug in the oracle itself; never expected (EX_SOFTWARE)
+INTERNAL_ERROR = "QLWF_ORACLE_INTERNAL_ERROR"
+MAX_DEPTH = 64  # RFC 8259 §9 lets a parser limit nesting; ql3 snapshots are at most 6 deep
+_JSON_WS = " \t\r\n"
+_DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this long may exceed a double
+
+# What a terminal or a line-oriented reader could take as a line break or a control sequence.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+INPUTS = {
+    "frontier": "{plan, run, stepRuns, observedAtMs} (frontier.md)",
+    "cancel": "{run, stepRuns, activeTaskAttempts, observedAtMs} (cancellation.md)",
+    "recover": "{admission, run, attempt, stepRun, reason, observedAtMs} (task-attempts.md)",
+    "admit-attempt": "{plan, run, stepRun, binding, attemptNumber, admittedAtMs} (task-attempts.md)",
+    "admit-workflow": "an execution plan (records.md)",
+    "step-transition": "{current, command, context} (state-machines.md §3); batch only",
+}
 
 
+def one_line(text: str) -> str:
+    """`text` as one encodable line: lone surrogates and control characters escaped."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --------------------------------------------------------------------------------------------------
+# Strict parsing
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {_clip(text)} overflows a double")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    # Python integers are exact, but the literal must denote a double like any other number:
+    # float() rounds as the float parser does, so 1E400 and its 401-digit spelling fail alike.
+    if len(text) >= _DOUBLE_DIGITS:
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"number {_clip(text)} overflows a double") from None
+    return value
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {_clip(key)!r}")
         obj[key] = value
     return obj
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                            parse_float=_finite_float, parse_int=_bounded_int)
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _json_invalid(message: str) -> Invalid:
+    return Invalid(ORACLE_REQUEST_INVALID, "json_invalid", message)
+
+
+def decode_utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _json_invalid(f"input is not valid UTF-8: {e}") from e
+
+
 def parse_json(text: str) -> Any:
-    """Strict JSON: duplicate keys and NaN/Infinity are errors (they have no ql3 meaning)."""
+    """Strict RFC 8259 JSON whose value the canonical encoder accepts (records.md §5.1)."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as e:
-        raise Invalid(ORACLE_REQUEST_INVALID, "json_invalid", f"input is not valid JSON: {e}") from e
-
-
-def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+        raise _json_invalid(f"input is not valid JSON: {e}") from e
+    if _too_deep(value):
+        raise _json_invalid(f"input nests deeper than {MAX_DEPTH} arrays/objects")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise Invalid(ORACLE_REQUEST_INVALID, "file_unreadable", f"cannot read {path}: {e}") from e
+        canonical_json(value)  # a \ud800 escape parses to a lone surrogate, which has no UTF-8 form
+    except UnicodeEncodeError as e:
+        raise _json_invalid(f"input has a lone surrogate {ascii(e.object[e.start:e.end])[1:-1]}") from e
+    except ValueError as e:
+        raise _json_invalid(f"input is not valid JSON: {e}") from e
+    return value
 
 
-def _emit(obj: Any, pretty: bool, out: TextIO) -> None:
-    out.write((json.dumps(obj, ensure_ascii=False, indent=2) if pretty else canonical_text(obj)) + "\n")
-
-
-def run_single(args: argparse.Namespace) -> int:
+# --------------------------------------------------------------------------------------------------
+# Answers
+def _describe(e: BaseException) -> str:
     try:
-        answer = consult(args.fn, parse_json(_read(args.file)))
-    except QlwfError as e:
-        print(f"{e.error_class} {e.code} {e.reason}: {e.message}", file=sys.stderr)
-        return EXIT_INPUT
-    except Exception as e:
-        print(f"internal error ({type(e).__name__}): {e}", file=sys.stderr)
-        return EXIT_INTERNAL
-    if args.explain:
-        _emit({"resolution": answer.resolution, "explanation": answer.explanation}, args.pretty, sys.stdout)
-    else:
-        _emit(answer.resolution, args.pretty, sys.stdout)
-    return 0
+        return f"{type(e).__name__}: {e}"
+    except Exception:  # an exception whose str() fails must still be reportable
+        return type(e).__name__
+
+
+def _error(e: QlwfError) -> dict[str, Any]:
+    return {"error": {"class": e.error_class, "code": e.code, "message": one_line(f"{e.reason}: {e.message}")}}
+
+
+def _internal(reason: str, e: BaseException) -> dict[str, Any]:
+    return {"error": {"class": "Unavailable", "code": INTERNAL_ERROR, "message": one_line(f"{reason}: {_describe(e)}")}}
+
+
+def _encode(answer: Any, pretty: bool = False) -> bytes:
+    if pretty:
+        return json.dumps(answer, ensure_ascii=False, indent=2, allow_nan=False).encode("utf-8") + b"\n"
+    return canonical_json(answer) + b"\n"
+
+
+def encode_answer(answer: Any) -> bytes:
+    """One batch answer as a UTF-8 line; output the encoder refuses becomes an internal-error answer."""
+    try:
+        return _encode(answer)
+    except Exception as e:  # a model bug (its output is not JSON); the answer must still be one valid line
+        return _encode(_internal("answer_unencodable", e))
+
+
+def parse_request(text: str) -> tuple[str, Any]:
+    """A batch line → (fn, input); every malformed line is Invalid."""
+    if not text.strip(_JSON_WS):
+        raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'blank line: a request is exactly {"fn", "input"}')
+    request = parse_json(text)
+    if not isinstance(request, dict) or set(request) != {"fn", "input"}:
+        raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'a request is exactly {"fn", "input"}')
+    fn = request["fn"]
+    if not isinstance(fn, str):
+        raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", f"fn must be a string, not {type(fn).__name__}")
+    return fn, request["input"]
 
 
 def answer_line(line: str) -> dict[str, Any]:
     """One batch request → {"ok": resolution} or {"error": {class, code, message}}."""
     try:
-        request = parse_json(line)
-        if not isinstance(request, dict) or set(request) != {"fn", "input"}:
-            raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'a request is exactly {"fn", "input"}')
-        return {"ok": consult(request["fn"], request["input"]).resolution}
+        fn, inp = parse_request(line)
+        return {"ok": consult(fn, inp).resolution}
     except QlwfError as e:
-        return {"error": {"class": e.error_class, "code": e.code, "message": f"{e.reason}: {e.message}"}}
-    except Exception as e:
-        return {"error": {"class": "Unavailable", "code": "QLWF_ORACLE_INTERNAL_ERROR",
-                          "message": f"{type(e).__name__}: {e}"}}
+        return _error(e)
+    except Exception as e:  # a bug in the model; answered, so that it cannot cost the other lines
+        return _internal("internal_error", e)
 
 
-def run_batch(_args: argparse.Namespace) -> int:
-    for line in sys.stdin:
-        if line.strip():
-            sys.stdout.write(canonical_text(answer_line(line)) + "\n")
-    sys.stdout.flush()
+def answer_bytes(raw: bytes) -> bytes:
+    """One raw batch line (with or without its newline) → one encoded answer line."""
+    try:
+        answer = answer_line(decode_utf8(raw))
+    except QlwfError as e:
+        answer = _error(e)
+    return encode_answer(answer)
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands
+def _stdout_gone() -> int:
+    """The reader closed stdout: nobody is left to answer. Point fd 1 at devnull so that Python's
+    flush at exit does not raise again (Python docs, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
     return 0
 
 
+def _fail(code: int, message: str) -> int:
+    print(one_line(message), file=sys.stderr)
+    return code
+
+
+def _read(path: str) -> str:
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except (OSError, ValueError) as e:
+        raise Invalid(ORACLE_REQUEST_INVALID, "file_unreadable",
+                      f"cannot read {path!r}: {getattr(e, 'strerror', None) or e}") from e
+    return decode_utf8(data)
+
+
+def run_single(args: argparse.Namespace) -> int:
+    try:
+        answer = consult(args.fn, parse_json(_read(args.file)))
+        body = {"resolution": answer.resolution, "explanation": answer.explanation} if args.explain \
+            else answer.resolution
+        data = _encode(body, args.pretty)  # inside the handler: unencodable output is an internal error
+    except QlwfError as e:
+        return _fail(EXIT_INPUT, f"{e.error_class} {e.code} {e.reason}: {e.message}")
+    except Exception as e:
+        return _fail(EXIT_INTERNAL, f"internal error ({_describe(e)})")
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    return 0
+
+
+def run_batch(_args: argparse.Namespace) -> int:
+    # readline() on the binary buffer returns as soon as one line is there (no read-ahead wait);
+    # every answer is flushed before the next line is read, so a client may wait for each one.
+    read, out = sys.stdin.buffer.readline, sys.stdout.buffer
+    try:
+        while raw := read():
+            out.write(answer_bytes(raw))
+            out.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    return 0
+
+
+DESCRIPTION = "Resolve one ql3 snapshot with a pure function of the spec and print the contract object."
+EPILOG = "\n".join([
+    "functions (input):",
+    *(f"  {fn:<16}{INPUTS.get(fn, '')}" for fn in FUNCTIONS),
+    '  batch           JSON lines {"fn": FUNCTION, "input": {...}} on stdin',
+    "",
+    "output:",
+    "  FUNCTION FILE   the resolution as canonical JSON (records.md §5) on one line (FILE - reads",
+    '                  stdin); --pretty indents; --explain prints {"resolution", "explanation": {id: rule}}',
+    "  batch           exactly one answer line per input line, in order, flushed at once:",
+    '                  {"ok": resolution} or {"error": {"class", "code", "message"}}; blank,',
+    "                  non-JSON and non-UTF-8 lines are answered with QLWF_ORACLE_REQUEST_INVALID",
+    "  Input must be strict JSON: NaN, Infinity, numbers beyond a double (1E400), lone surrogates,",
+    f"  duplicate keys and nesting deeper than {MAX_DEPTH} are json_invalid.",
+    "",
+    "exit codes:",
+    "  0   answered (batch: stdin ended, or the reader closed stdout)",
+    f"  {EXIT_INPUT}   invalid input: one line 'CLASS CODE reason: message' on stderr, nothing on stdout",
+    f"  {EXIT_INTERNAL}  internal error: a bug in the oracle (batch: answered as {INTERNAL_ERROR})",
+])
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    oracle = sub.add_parser("oracle", help="consult the specification oracle on a ql3 JSON snapshot")
+    oracle = sub.add_parser("oracle", help="consult the specification oracle on a ql3 JSON snapshot",
+                            description=DESCRIPTION, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     fns = oracle.add_subparsers(dest="fn", required=True, metavar="FUNCTION")
     for fn in FUNCTIONS:
         if fn == "step-transition":
             continue  # batch only: it takes {current, command, context}
-        p = fns.add_parser(fn, help=f"resolve a snapshot with the {fn} contract")
+        p = fns.add_parser(fn, help=f"resolve a snapshot with the {fn} contract", description=DESCRIPTION,
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("file", metavar="FILE", help="ql3 JSON snapshot, or - for stdin")
         p.add_argument("--explain", action="store_true", help="add the rule that decided each StepRun/attempt")
         p.add_argument("--pretty", action="store_true", help="indent the output (default: canonical JSON)")
         p.set_defaults(func=run_single)
-    b = fns.add_parser("batch", help='JSON lines {"fn": ..., "input": {...}} on stdin, one answer line each')
+    b = fns.add_parser("batch", help='JSON lines {"fn": ..., "input": {...}} on stdin, one answer line each',
+                       description="Answer each JSON line of stdin with one line on stdout, flushed at once.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.set_defaults(func=run_batch)
