@@ -28,6 +28,7 @@ _JSON_WS = " \t\r\n"
 _DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this long may exceed a double
 
 # What a terminal or a line-oriented reader could take as a line break or a control sequence.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 INPUTS = {
@@ -118,6 +119,8 @@ def parse_json(text: str) -> Any:
         raise _json_invalid(f"input is not valid JSON: {e}") from e
     if _too_deep(value):
         raise _json_invalid(f"input nests deeper than {MAX_DEPTH} arrays/objects")
+    if _SURROGATE_ESCAPE.search(text) is None:
+        return value  # decoded UTF-8 holds no surrogates: only a \uD800-\uDFFF escape can make one
     try:
         canonical_json(value)  # a \ud800 escape parses to a lone surrogate, which has no UTF-8 form
     except UnicodeEncodeError as e:
