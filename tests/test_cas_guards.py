@@ -373,6 +373,13 @@ def _prepared(case: Case, backend: Backend) -> tuple[CommandPort, Raced, Record,
     return port, raced, args, now
 
 
+def guide_row(case: Case) -> str:
+    """The case's row in docs/reviewers-guide.md §5 (predicates with dialect-neutral marks)."""
+    predicate = case.predicate.format(m="?", ns="IS NOT DISTINCT FROM ?")
+    backends = ", ".join(case.backends)
+    return f"| `guards.{case.target.guard_fn}` | `{predicate}` | `{case.scenario.command}` | `{case.id}` | {backends} |"
+
+
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("case", "backend_name"), _params())
 def test_a_change_underneath_fails_the_command_and_rolls_back(case: Case, backend_name: str,
@@ -438,3 +445,8 @@ def test_every_predicate_of_guards_py_has_a_case() -> None:
         columns = set(re.findall(r"(?:WHERE|AND) (\w+) ", body)) - {"id", "run_id", "attempt_id"}
         assert columns and {c for f, _, c in covered if f == fn} >= columns, f"guards.{fn}: {columns}"
 
+
+def test_the_reviewers_guide_lists_every_case() -> None:
+    text = (REPO / "docs" / "reviewers-guide.md").read_text(encoding="utf-8")
+    listed = [line for line in text.splitlines() if line.startswith("| `guards.")]
+    assert listed == [guide_row(case) for case in CASES], "docs/reviewers-guide.md §5 disagrees with CASES"
