@@ -27,8 +27,9 @@ Not reachable by a change underneath:
 * Run `execution_owner = 'runtime'` (convergence) on PostgreSQL: ql3_runs_execution_owner_ck pins
   the column to 'runtime', so no committed or in-transaction row can differ; the predicate is
   tested on SQLite (which admits 'legacy') and the PostgreSQL check itself is tested below.
-* The identity predicates (id, run_id, attempt_id) select the row; changing them would be a
-  different row, and they are not predicates a writer can race on.
+* The identity predicates (id, run_id, attempt_id) are out of scope: they select the row, no
+  command ever changes a key, and foreign keys reference them, so a key changed underneath is not
+  a concurrent version of the row but a different row.
 """
 
 from __future__ import annotations
