@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,13 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from qlwf.impl.postgres.server import UNAVAILABLE_MESSAGE, ThrowawayCluster, find_pg_bin
+from qlwf.impl.postgres.server import (
+    UNAVAILABLE_MESSAGE,
+    PostgresStartupError,
+    ThrowawayCluster,
+    cluster_root,
+    find_pg_bin,
+)
 
 pytestmark = [
     pytest.mark.postgres,
@@ -230,3 +237,32 @@ def test_unprivileged_invoker_runs_the_cluster_as_itself(
     assert report["user"] == intruder.pw_name
     assert list(report["dirs"].values()) == [[intruder.pw_uid, 0o700], [intruder.pw_uid, 0o700]]
     assert not Path(report["base"]).exists()
+
+
+@pytest.fixture()
+def temp_parent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short, traversable temp dir made the process's TMPDIR, so cluster roots can be planted in it."""
+    parent = Path(tempfile.mkdtemp(prefix="qlwf-sec-", dir="/tmp"))
+    parent.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(parent))
+    try:
+        yield parent
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("planted", ["owned by another user", "writable by others", "a symlink"])
+def test_a_planted_cluster_root_is_refused(temp_parent: Path, intruder: pwd.struct_passwd, planted: str) -> None:
+    root = temp_parent / f"qlwf-pg-{os.geteuid()}"
+    if planted == "a symlink":
+        (temp_parent / "elsewhere").mkdir(mode=0o711)
+        root.symlink_to(temp_parent / "elsewhere")
+    else:
+        root.mkdir()
+        if planted == "owned by another user":
+            os.chown(root, intruder.pw_uid, intruder.pw_gid)
+        root.chmod(0o777 if planted == "writable by others" else 0o711)
+    with pytest.raises(PostgresStartupError, match="not a private directory"):
+        ThrowawayCluster().start()
+    assert [p.name for p in root.iterdir()] == []  # nothing was created in it
+    assert cluster_root() == root  # the test did plant the root the cluster would use
