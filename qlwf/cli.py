@@ -59,10 +59,12 @@ def _install_interrupt_handlers() -> Callable[[], None]:
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    logging_disabled = logging.root.manager.disable
 
     def restore() -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        logging.disable(logging_disabled)
 
     return restore
 
