@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -56,6 +57,9 @@ def _install_interrupt_handlers() -> Callable[[], None]:
             signal.signal(sig, signal.SIG_IGN)
         # Teardown abandons connections mid-query; the library warnings saying so are noise.
         logging.disable(logging.WARNING)
+        # Pool workers (conform --jobs) would hold the unwinding until their whole chunk is done.
+        for child in multiprocessing.active_children():
+            child.terminate()
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -71,6 +75,8 @@ def _install_interrupt_handlers() -> Callable[[], None]:
 
 def _stop_servers() -> str:
     """Stop what atexit would stop later, so 'cleaned up' is true when it is printed."""
+    for child in multiprocessing.active_children():  # terminated by the handler; their databases go below
+        child.join(10)
     server = sys.modules.get("qlwf.impl.postgres.server")
     try:
         if server is not None:

@@ -243,6 +243,26 @@ def test_sigterm_drops_the_database_on_an_external_server(spawn: Spawn, external
     assert name not in qlwf_databases(external)
 
 
+def test_sigterm_stops_pool_workers_and_drops_their_databases(spawn: Spawn, external: ThrowawayCluster) -> None:
+    proc = spawn(qlwf(*LONG_CONFORM, "--jobs", "2"), child_env(QLWF_PG_DSN=external.dsn()))
+    workers: list[str] = []
+
+    def both_workers_run() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"exited with {proc.returncode}: {proc.communicate()[1]}")
+        names = [n for n in qlwf_databases(external) if n.startswith("qlwf_conform_")]
+        workers[:] = [n for n in names if not re.search(rf"_{proc.pid}_\d+_[0-9a-f]+$", n)]
+        return len(workers) == 2
+
+    wait_until(both_workers_run, 60, "two pool workers with their databases")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert_one_interrupt_line(err, signal.SIGTERM)
+    assert not set(workers) & set(qlwf_databases(external))
+
+
 def test_a_killed_runs_database_is_dropped_by_the_next_run(spawn: Spawn, external: ThrowawayCluster) -> None:
     proc = spawn(qlwf(*LONG_CONCURRENCY), child_env(QLWF_PG_DSN=external.dsn()))
     name = database_of(external, proc)

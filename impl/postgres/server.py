@@ -850,12 +850,16 @@ class ExternalServer:
         return dropped
 
     def stop(self) -> None:
+        """Drop this object's databases, and those of processes gone meanwhile (e.g. pool workers
+        killed with us), if this object ever created one."""
         _unregister(self)
         if self._owner_pid != os.getpid():
             return
         for name in sorted(self._created):
             with contextlib.suppress(psycopg.Error):
                 self.drop_database(name)
+        if self._reaped:
+            self.reap_stale_databases()
 
     def __repr__(self) -> str:
         return f"ExternalServer(admin_db={self._admin_db!r})"
