@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import multiprocessing
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
 
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`.
 SUBCOMMAND_MODULES = (
@@ -26,9 +33,89 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# -- signals: SIGTERM/SIGINT unwind like an exception, so every finally and context manager runs
+# (throwaway clusters, databases on QLWF_PG_DSN), then one line and 128 + signal number.
+
+
+class Interrupted(BaseException):
+    """Raised by the signal handler; a BaseException so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _install_interrupt_handlers() -> Callable[[], None]:
+    owner = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a forked worker: behave as if no handler were installed
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):  # teardown must not be cut short by a second one
+            signal.signal(sig, signal.SIG_IGN)
+        # Teardown abandons connections mid-query; the library warnings saying so are noise.
+        logging.disable(logging.WARNING)
+        # Pool workers (conform --jobs) would hold the unwinding until their whole chunk is done.
+        for child in multiprocessing.active_children():
+            child.terminate()
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    logging_disabled = logging.root.manager.disable
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        logging.disable(logging_disabled)
+
+    return restore
+
+
+def _stop_servers() -> str:
+    """Stop what atexit would stop later, so 'cleaned up' is true when it is printed."""
+    for child in multiprocessing.active_children():  # terminated by the handler; their databases go below
+        child.join(10)
+    server = sys.modules.get("qlwf.impl.postgres.server")
+    try:
+        if server is not None:
+            server.stop_all()
+    except Exception as e:  # report, do not mask the interrupt with a traceback
+        return f"cleanup failed: {type(e).__name__}: {e}"
+    return "cleaned up"
+
+
+def _exit_if_threads_linger(code: int, grace_s: float = 1.0) -> None:
+    """Worker threads (e.g. the concurrency check's) keep looping over their remaining operations
+    after the interrupt; everything is torn down already, so do not let the exit wait for them."""
+    deadline = time.monotonic() + grace_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. ``argv=None`` means we are the program (sys.argv); callers passing argv
+    keep their process: an interrupt then only returns the exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    if threading.current_thread() is not threading.main_thread():  # signal handlers need the main thread
+        return int(args.func(args))
+    restore = _install_interrupt_handlers()
+    try:
+        return int(args.func(args))
+    except (Interrupted, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        print(f"qlwf: interrupted ({signal.Signals(signum).name}); {_stop_servers()}", file=sys.stderr)
+        if argv is None:
+            _exit_if_threads_linger(128 + signum)
+        return 128 + signum
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

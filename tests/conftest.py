@@ -10,7 +10,10 @@ Select one with HYPOTHESIS_PROFILE (default `ci`):
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -25,6 +28,30 @@ settings.register_profile("dev", max_examples=300, stateful_step_count=60, deadl
 settings.register_profile("deep", max_examples=3000, stateful_step_count=120, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Turn SIGTERM (a cancelled CI job, `timeout`, `kill`) into an interrupt like Ctrl-C.
+
+    By default SIGTERM ends pytest on the spot: no fixture teardown, no atexit, so the session's
+    PostgreSQL cluster directory (and, with QLWF_PG_DSN, its databases) would be left behind. As a
+    KeyboardInterrupt, pytest stops the session and tears its fixtures down (tests/test_pg_signals.py).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return  # someone else (a runner, a plugin) handles it
+    owner = os.getpid()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a forked worker of a test: die as it would have by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the teardown short
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 @pytest.fixture(scope="session")

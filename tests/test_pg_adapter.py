@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from qlwf.conformance import plans
 from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.port import CommandPort, DatabaseClock, FixedClock
@@ -75,6 +76,11 @@ def other_connection(db: PgDatabase) -> psycopg.Connection[Any]:
     return psycopg.connect(db.conninfo, autocommit=True)
 
 
+def same_server(conn: psycopg.Connection[Any]) -> str:
+    """Conninfo of ``conn``'s database; ``info.dsn`` omits the password, which the server requires."""
+    return make_conninfo(conn.info.dsn, password=conn.info.password)
+
+
 def authority_key(conn: psycopg.Connection[Any], attempt_id: str) -> int:
     row = conn.execute("SELECT hashtextextended('ql3-attempt-authority:' || %s, 0)", (attempt_id,)).fetchone()
     assert row is not None
@@ -116,7 +122,7 @@ class Recording(PgStore):
 
     def lock_attempt_authority(self, attempt_id: str) -> None:
         super().lock_attempt_authority(attempt_id)
-        with psycopg.connect(self.conn.info.dsn, autocommit=True) as other:
+        with psycopg.connect(same_server(self.conn), autocommit=True) as other:
             taken = other.execute("SELECT pg_try_advisory_lock(hashtextextended('ql3-attempt-authority:' || %s, 0))",
                                   (attempt_id,)).fetchone()
         Recording.calls.append(("authority", attempt_id, taken == (False,)))
@@ -222,7 +228,7 @@ class RacedOnce(PgStore):
         if RacedOnce.raced == 0:
             RacedOnce.raced += 1
             self.conn.execute("SELECT 1")  # the SERIALIZABLE snapshot is taken here
-            with psycopg.connect(self.conn.info.dsn, autocommit=True) as other:
+            with psycopg.connect(same_server(self.conn), autocommit=True) as other:
                 other.execute("UPDATE ql3.runs SET priority = priority WHERE id = %s", (run_id,))
         super().lock_run(run_id)
 
