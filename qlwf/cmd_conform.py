@@ -89,12 +89,10 @@ def _run_conform(args: argparse.Namespace) -> int:
     if args.corpus or traces or not args.concurrency:
         total = traces + (len(runner.corpus_traces()) if args.corpus else 0)
         bar = Progress(f"conform {args.backend}", total)
-        try:
-            code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
-                                  invariants=not args.no_invariants, jobs=max(1, args.jobs),
-                                  progress=lambda r: bar.advance(1, r.steps))
-        finally:
-            bar.close()
+        code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
+                              invariants=not args.no_invariants, jobs=max(1, args.jobs),
+                              progress=lambda r: bar.advance(1, r.steps))
+        bar.close()  # not on an interrupt: then the one line said is the interrupt's
     if args.concurrency:
         from qlwf.conformance.concurrency import concurrency_check
 

@@ -133,8 +133,12 @@ def held_cluster(proc: subprocess.Popen[str]) -> Cluster:
     return found[0]
 
 
+PROGRESS_LINE = re.compile(r"^(\r?\[[#.]*\] )?conform \w+: \d+/\d+ traces, ")  # qlwf/progress.py
+
+
 def assert_one_interrupt_line(stderr: str, sig: signal.Signals) -> None:
-    lines = stderr.splitlines()
+    """The interrupt says one line; progress lines before it are the run's own (stderr is for both)."""
+    lines = [line for line in stderr.splitlines() if not PROGRESS_LINE.match(line)]
     assert len(lines) == 1, stderr
     assert lines[0].startswith("qlwf: ") and sig.name in lines[0] and "clean" in lines[0], stderr
 

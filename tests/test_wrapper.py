@@ -34,7 +34,7 @@ def test_check_help_lists_checks_profiles_exit_codes_and_postgres(tmp_path: Path
     assert out.returncode == 0, out.stderr
     for check in CHECKS:
         assert check.name in out.stdout
-    for text in ("--quick", "exit codes", "QLWF_PG_DSN", "CI=true"):
+    for text in ("--quick", "exit codes", "QLWF_PG_DSN", "--skip postgres", "unknown"):
         assert text in out.stdout
 
 
