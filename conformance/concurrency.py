@@ -21,11 +21,10 @@ Entry points: `concurrency_check(k=..., ops=...)` returns a `ConcurrencyReport` 
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -41,7 +40,7 @@ from qlwf.model.errors import Unavailable
 from . import concurrency_history as history
 from .concurrency_variants import VARIANTS
 from .concurrency_workload import Worker, World, workflow_plan
-from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable
+from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable, quiet_pool
 
 ORIGIN_MS = 1_000_000_000
 DEFAULT_RECONNECT_WINDOW_S = 30.0
@@ -154,18 +153,6 @@ class ConcurrencyReport:
                 "lostCommitResponses": self.ambiguous}
 
 
-@contextlib.contextmanager
-def _quiet_pool() -> Iterator[None]:
-    """The pool logs a warning per failed reconnection; the run reports outages itself."""
-    logger = logging.getLogger("psycopg.pool")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _through_outages(reach: Reachability, action: Callable[[], T]) -> T:
     """`action()`, waiting out an outage and trying again (idempotent actions only)."""
     while True:
@@ -202,7 +189,7 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
     workers: list[Worker] = []
     snapshot: Snapshot | None = None
     start = time.perf_counter()
-    with _quiet_pool():
+    with quiet_pool():
         database = PgDatabase(conninfo, size=config.k)
         port = PostgresAdapter(database, clock, store_factory=variant.store_factory, isolation=variant.isolation,
                                observer=observe)

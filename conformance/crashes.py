@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class CrashStats:
     commands: int = 0
     crash_points: int = 0
     problems: list[str] = field(default_factory=list)
+    by_command: Counter[str] = field(default_factory=Counter)  # crash points per command name
 
 
 class CrashingSqliteAdapter(SqliteAdapter):
@@ -125,6 +127,7 @@ class CrashingSqliteAdapter(SqliteAdapter):
 
     def _check(self, name: str, k: int, before: Snapshot, recovered: list[Snapshot]) -> None:
         self.stats.crash_points += 1
+        self.stats.by_command[name] += 1
         if not recovered or recovered[0] != before:
             raise CrashAtomicityError(f"{name}: killed before statement {k}, recovery reads a partial write")
         if self.snapshot() != before:

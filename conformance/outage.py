@@ -14,9 +14,11 @@ cannot be served is refused before any work starts.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -27,6 +29,19 @@ from qlwf.impl.postgres.server import PostgresUnavailable
 OUTAGE_REASONS = frozenset({"storage_unreachable", "storage_error", "scan_failed"})
 PROBE_TIMEOUT_S = 2  # libpq's minimum connect_timeout
 PROBE_INTERVAL_S = 0.2
+
+
+@contextlib.contextmanager
+def quiet_pool() -> Iterator[None]:
+    """The pool logs a warning per failed reconnection and per discarded connection; harnesses that
+    break connections on purpose report outages themselves."""
+    logger = logging.getLogger("psycopg.pool")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class StorageUnreachable(Exception):
