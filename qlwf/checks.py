@@ -147,6 +147,53 @@ def concurrency_postgres(opts: dict[str, Any]) -> str:
     return _postgres(lambda: concurrency_gate.concurrency(ks, 60, 20261129))
 
 
+# Quick kill budget: two short corpus traces that still run admission, task admission, claim,
+# release, cancellation, convergence and the convergence page (the full gate kills the whole corpus).
+QUICK_KILL_TRACES = ("adr0228-attempt-two-steps-parent-atomic", "adr0228-page-isolates-drifted-workflow")
+SERVER_CRASH_TRACES = ("adr0228-partial-completion-final", "adr0226-failure-skips-chain")
+
+
+def faults_postgres(opts: dict[str, Any]) -> str:
+    """Lost commit responses, a backend killed before every statement, server crashes on a durable cluster."""
+    from qlwf.conformance import runner
+    from qlwf.conformance.concurrency_gate import GateSummary
+    from qlwf.conformance.lost_commits import with_lost_commits
+    from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
+    from qlwf.impl.postgres.server import ThrowawayCluster, find_pg_bin
+
+    quick = bool(opts.get("quick"))
+
+    def run() -> GateSummary:
+        corpus = runner.corpus_traces()
+        doubled = runner.run_traces("postgres", [with_lost_commits(t) for t in corpus], invariants=False)
+        if not doubled.passed:
+            first = doubled.failures[0]
+            return GateSummary(False, "lost-commit retries diverge on PostgreSQL",
+                               first.divergence.render().splitlines() if first.divergence else [first.trace])
+        kills = PgCrashStats()
+        traces = [t for t in corpus if t.name in QUICK_KILL_TRACES] if quick else corpus
+        for result in run_with_kills(traces, kills):
+            if not result.passed:
+                return GateSummary(False, f"backend kill on {result.trace}",
+                                   result.divergence.render().splitlines() if result.divergence else [])
+        parts = [f"{len(corpus)} corpus traces with every writing command retried",
+                 f"{kills.crash_points} backend kills in {kills.commands} commands atomic"]
+        if find_pg_bin() is None:  # an external server (QLWF_PG_DSN) is not ours to crash
+            return GateSummary(True, "; ".join([*parts, "server crashes skipped (no local PostgreSQL binaries)"]))
+        crashes = PgCrashStats()
+        with ThrowawayCluster(durable=True) as cluster:
+            for trace in [t for t in corpus if t.name in SERVER_CRASH_TRACES[: 1 if quick else 2]]:
+                result = run_with_server_crashes(trace, crashes, cluster, every=4 if quick else 2)
+                if not result.passed:
+                    return GateSummary(False, f"server crash on {trace.name}",
+                                       result.divergence.render().splitlines() if result.divergence else [])
+        parts.append(f"{crashes.server_crashes} server crashes (stop -m immediate, fsync on) kept every "
+                     f"acknowledged commit and no uncommitted write")
+        return GateSummary(True, "; ".join(parts))
+
+    return _postgres(run)
+
+
 CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots are current and resolve", oracle_examples),
@@ -156,4 +203,6 @@ CHECKS: list[Check] = [
     Check("faults-sqlite", "lost commit responses and crashes at every statement boundary", faults_sqlite),
     Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres),
     Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres),
+    Check("faults-postgres", "lost commit responses, backend kills at every statement, server crashes",
+          faults_postgres),
 ]
