@@ -54,7 +54,7 @@ def pg_durable() -> Iterator[Any]:
     from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster
 
     try:
-        cluster = ThrowawayCluster(durable=True, port=5433).start()
+        cluster = ThrowawayCluster(durable=True).start()
     except PostgresUnavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(str(exc))
