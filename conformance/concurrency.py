@@ -157,13 +157,17 @@ class ConcurrencyReport:
 
 
 def _through_outages(reach: Reachability, action: Callable[[], T]) -> T:
-    """`action()`, waiting out an outage and trying again (idempotent actions only)."""
+    """`action()`, waiting out an outage and trying again (idempotent actions only). A snapshot is
+    read on a pooled connection as is: one the restarted server no longer knows fails with the
+    driver's OperationalError (and is discarded by the pool)."""
     while True:
         try:
             return action()
         except Unavailable as e:
             if e.reason not in OUTAGE_REASONS:
                 raise
+            reach.wait()
+        except psycopg.OperationalError:
             reach.wait()
 
 

@@ -149,3 +149,18 @@ def test_the_window_bounds_the_wait_without_a_server() -> None:
     back = Reachability("unused", 30, probe_fn=lambda _dsn: next(answers))
     back.wait()
     assert len(back.outages) == 1 and back.gave_up is None
+
+
+def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
+    from qlwf.conformance.concurrency import _through_outages
+
+    calls: list[int] = []
+
+    def snapshot() -> str:
+        calls.append(1)
+        if len(calls) == 1:  # the pool handed out a connection the restarted server no longer knows
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return "snapshot"
+
+    reach = Reachability("unused", 5, probe_fn=lambda _dsn: True)
+    assert _through_outages(reach, snapshot) == "snapshot" and len(calls) == 2
