@@ -9,29 +9,42 @@ every invariant, have unique event ids and dedupe keys and contiguous sequences,
 replay of the logged history in observation-time order, with every logged outcome equal to the
 model's at that point (concurrency_history.py).
 
+Outages (outage.py): a worker whose command fails for lack of a connection waits while the server
+is away; an outage shorter than the reconnection window is recorded (count and duration) and the
+run is judged as usual — commits whose response was lost are resolved from durable state
+(concurrency_history.py); a longer one stops the run with `unreachable` set and the progress made.
+
 Entry points: `concurrency_check(k=..., ops=...)` returns a `ConcurrencyReport` (`passed`, `line()`);
 `qlwf conform --backend postgres --concurrency K` prints it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
+from qlwf.impl.port import Snapshot
 from qlwf.impl.postgres.adapter import PostgresAdapter, TransactionLog
 from qlwf.impl.postgres.conformance import shared_server
-from qlwf.impl.postgres.database import PgDatabase
+from qlwf.impl.postgres.database import ConnectionUnavailable, PgDatabase
+from qlwf.impl.postgres.dsn import one_line
 from qlwf.impl.postgres.server import PgServer, unique_database_name
+from qlwf.model.errors import Unavailable
 
 from . import concurrency_history as history
 from .concurrency_variants import VARIANTS
 from .concurrency_workload import Worker, World, workflow_plan
+from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable, quiet_pool
 
 ORIGIN_MS = 1_000_000_000
+DEFAULT_RECONNECT_WINDOW_S = 30.0
+T = TypeVar("T")
 
 
 class ScaledClock:
@@ -71,23 +84,30 @@ class ConcurrencyConfig:
     factor: int = 20  # clock speed-up
     seed: int = 0
     variant: str = "correct"
+    reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S  # how long an outage may last before the run stops
 
 
 @dataclass
 class ConcurrencyReport:
     config: ConcurrencyConfig
-    seconds: float = 0.0
+    seconds: float = 0.0  # the workers' phase
     transactions: int = 0  # writing transactions logged (setup included)
-    commits: int = 0
+    commits: int = 0  # setup included
+    setup_commits: int = 0  # the admissions before the workers started
     replayed: int = 0
     retries: Counter[str] = field(default_factory=Counter)  # re-runs by SQLSTATE
     exhausted: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)  # ok / Class:reason
     problems: list[str] = field(default_factory=list)
+    ops_done: int = 0  # worker operations completed
+    workflows_admitted: int = 0  # Runs created (acknowledged admissions)
+    outages: list[Outage] = field(default_factory=list)  # the server went away and came back
+    ambiguous: int = 0  # commits whose response was lost, resolved from durable state
+    unreachable: str | None = None  # set when the run stopped because the server stayed away
 
     @property
     def passed(self) -> bool:
-        return not self.problems
+        return not self.problems and self.unreachable is None
 
     @property
     def conflicts(self) -> int:
@@ -95,55 +115,128 @@ class ConcurrencyReport:
 
     @property
     def throughput(self) -> float:
-        return self.commits / self.seconds if self.seconds > 0 else 0.0
+        """Commits per second of the workers' phase (the setup admissions are neither timed nor counted)."""
+        return (self.commits - self.setup_commits) / self.seconds if self.seconds > 0 else 0.0
+
+    def progress(self) -> str:
+        c = self.config
+        return (f"{self.ops_done} of {c.k * c.ops} ops, {self.transactions} transactions, {self.commits} commits, "
+                f"{self.workflows_admitted} workflows admitted")
+
+    def outage_text(self) -> str:
+        if not self.outages:
+            return ""
+        total = sum(o.seconds for o in self.outages)
+        return f", {len(self.outages)} outage(s) lasting {total:.1f} s, {self.ambiguous} lost commit response(s)"
 
     def line(self) -> str:
         c = self.config
+        head = f"concurrency postgres[{c.variant}] K={c.k}"
+        if self.unreachable is not None:
+            return f"{head}: STORAGE UNREACHABLE — {self.unreachable}; got through {self.progress()}, " \
+                   f"{self.seconds:.2f} s{self.outage_text()}"
         verdict = "PASS" if self.passed else f"FAIL ({len(self.problems)} problem(s))"
-        return (f"concurrency postgres[{c.variant}] K={c.k}: {verdict} — {c.k}×{c.ops} ops, {self.commits} commits, "
+        return (f"{head}: {verdict} — {c.k}×{c.ops} ops, {self.workflows_admitted} workflows, {self.commits} commits, "
                 f"{sum(self.retries.values())} retries, {self.exhausted} retry_exhausted, {self.conflicts} conflicts, "
-                f"{self.replayed} replayed, {self.seconds:.2f} s, {self.throughput:.0f} commits/s")
+                f"{self.replayed} replayed, {self.seconds:.2f} s, {self.throughput:.0f} commits/s{self.outage_text()}")
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.config.variant, "k": self.config.k, "ops": self.config.ops, "passed": self.passed,
                 "seconds": round(self.seconds, 3), "transactions": self.transactions, "commits": self.commits,
-                "replayed": self.replayed, "retries": dict(self.retries), "retryExhausted": self.exhausted,
+                "setupCommits": self.setup_commits, "replayed": self.replayed, "retries": dict(self.retries),
+                "retryExhausted": self.exhausted,
                 "conflicts": self.conflicts, "outcomes": dict(self.outcomes),
-                "commitsPerSecond": round(self.throughput, 1), "problems": self.problems}
+                "commitsPerSecond": round(self.throughput, 1), "problems": self.problems,
+                "storageUnreachable": self.unreachable,
+                "progress": {"opsCompleted": self.ops_done, "opsPlanned": self.config.k * self.config.ops,
+                             "transactions": self.transactions, "commits": self.commits,
+                             "workflowsAdmitted": self.workflows_admitted},
+                "outages": [{"startedSeconds": round(o.started_s, 3), "seconds": round(o.seconds, 3)}
+                            for o in self.outages],
+                "lostCommitResponses": self.ambiguous}
 
 
-def run_concurrency(conninfo: str, config: ConcurrencyConfig) -> ConcurrencyReport:
-    """One run against an empty database holding the ql3 schema at `conninfo`."""
+def _through_outages(reach: Reachability, action: Callable[[], T]) -> T:
+    """`action()`, waiting out an outage and trying again (idempotent actions only). A snapshot is
+    read on a pooled connection as is: one the restarted server no longer knows fails with the
+    driver's OperationalError (and is discarded by the pool)."""
+    while True:
+        try:
+            return action()
+        except Unavailable as e:
+            if e.reason not in OUTAGE_REASONS:
+                raise
+            reach.wait()
+        except psycopg.OperationalError:
+            reach.wait()
+
+
+def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
+                    after_transaction: Callable[[int], None] | None = None,
+                    on_event: Callable[[str], None] | None = None) -> ConcurrencyReport:
+    """One run against an empty database holding the ql3 schema at `conninfo`.
+
+    `after_transaction(n)` is called (from the worker's thread) after the n-th logged transaction:
+    fault injection hooks in there. `on_event` receives outage messages as they happen.
+    """
     variant = VARIANTS[config.variant]
     log: list[TransactionLog] = []
     clock = ScaledClock(config.factor)
-    database = PgDatabase(conninfo, size=config.k)
-    port = PostgresAdapter(database, clock, store_factory=variant.store_factory, isolation=variant.isolation,
-                           observer=log.append)  # list.append is atomic under the GIL
+    reach = Reachability(conninfo, config.reconnect_window_s, on_event=on_event)
+    lock = threading.Lock()
+
+    def observe(entry: TransactionLog) -> None:
+        with lock:
+            log.append(entry)
+            n = len(log)
+        if after_transaction is not None:
+            after_transaction(n)
+
     report = ConcurrencyReport(config)
-    try:
-        world = World(max_workflows=max(config.max_workflows, config.workflows))
-        for i in range(config.workflows):
-            world.plans.append(workflow_plan(i, clock.peek()))
-            port.execute("admit_workflow", {"plan": world.plans[-1]})
-        workers = [Worker(i, port, world, config.ops, config.seed, clock.peek) for i in range(config.k)]
-        threads = [threading.Thread(target=w.run, name=w.worker_id) for w in workers]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        report.seconds = time.perf_counter() - start
-        report.problems += [f"worker {w.worker_id} crashed: {type(w.crash).__name__}: {w.crash}"
-                            for w in workers if w.crash is not None]
-        snapshot = port.snapshot()
-    finally:
-        port.close()
-        database.close()
+    workers: list[Worker] = []
+    snapshot: Snapshot | None = None
+    start = time.perf_counter()
+    with quiet_pool():
+        database = PgDatabase(conninfo, size=config.k)
+        port = PostgresAdapter(database, clock, store_factory=variant.store_factory, isolation=variant.isolation,
+                               observer=observe)
+        try:
+            world = World(max_workflows=max(config.max_workflows, config.workflows))
+            for i in range(config.workflows):
+                world.plans.append(workflow_plan(i, clock.peek()))
+                plan = world.plans[-1]
+                _through_outages(reach, lambda p=plan: port.execute("admit_workflow", {"plan": p}))
+            report.setup_commits = port.stats.commits
+            workers = [Worker(i, port, world, config.ops, config.seed, clock.peek, reach.wait)
+                       for i in range(config.k)]
+            threads = [threading.Thread(target=w.run, name=w.worker_id) for w in workers]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if reach.gave_up is None:
+                snapshot = _through_outages(reach, port.snapshot)
+        except StorageUnreachable:
+            pass
+        finally:
+            report.seconds = time.perf_counter() - start
+            port.close()
+            database.close()
+    report.unreachable = reach.gave_up
+    report.outages = list(reach.outages)
+    report.ops_done = sum(w.done for w in workers)
     report.transactions, report.commits = len(log), port.stats.commits
     report.retries, report.exhausted = port.stats.retries, port.stats.exhausted
     report.outcomes = Counter("ok" if "ok" in e.outcome else f"{e.outcome['error']['class']}:"
                               f"{e.outcome['error']['reason']}" for e in log)
+    report.workflows_admitted = sum(1 for e in log if e.name == "admit_workflow"
+                                    and e.outcome.get("ok", {}).get("status") == "created")
+    report.problems += [f"worker {w.worker_id} crashed: {type(w.crash).__name__}: {w.crash}"
+                        for w in workers if w.crash is not None]
+    if snapshot is None:
+        return report
+    report.ambiguous = sum(e.ambiguous for e in log)
     report.problems += history.event_problems(snapshot)
     report.problems += history.invariant_problems(snapshot, clock.peek())
     replay, report.replayed = history.replay_problems(log, snapshot)
@@ -152,19 +245,34 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig) -> ConcurrencyRepo
 
 
 def concurrency_check(k: int = 4, ops: int = 60, *, seed: int = 0, variant: str = "correct", factor: int = 20,
-                      workflows: int = 3, server: PgServer | None = None) -> ConcurrencyReport:
-    """Run the check in a fresh database of `server` (default: the process's shared server)."""
+                      workflows: int = 3, max_workflows: int | None = None, server: PgServer | None = None,
+                      reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S,
+                      after_transaction: Callable[[int], None] | None = None,
+                      on_event: Callable[[str], None] | None = None) -> ConcurrencyReport:
+    """Run the check in a fresh database of `server` (default: the process's shared server).
+
+    A server that cannot be reached while the database is set up gives a report with
+    `unreachable` set, like an outage during the run.
+    """
     server = server if server is not None else shared_server()[0]
+    config = ConcurrencyConfig(k=k, ops=ops, workflows=workflows,
+                               max_workflows=max_workflows if max_workflows is not None else 2 * workflows,
+                               factor=factor, seed=seed, variant=variant, reconnect_window_s=reconnect_window_s)
     name = unique_database_name("qlwf_concurrency")
-    conninfo = server.create_database(name)
     try:
-        schema = PgDatabase(conninfo, size=1)
+        conninfo = server.create_database(name)
+    except psycopg.OperationalError as e:
+        return ConcurrencyReport(config, unreachable=f"cannot set up the database: {one_line(e)}")
+    try:
         try:
-            schema.apply_schema()
-        finally:
-            schema.close()
-        config = ConcurrencyConfig(k=k, ops=ops, workflows=workflows, max_workflows=2 * workflows, factor=factor,
-                                   seed=seed, variant=variant)
-        return run_concurrency(conninfo, config)
+            schema = PgDatabase(conninfo, size=1)
+            try:
+                schema.apply_schema()
+            finally:
+                schema.close()
+        except ConnectionUnavailable as e:
+            return ConcurrencyReport(config, unreachable=f"cannot set up the database: {one_line(e)}")
+        return run_concurrency(conninfo, config, after_transaction=after_transaction, on_event=on_event)
     finally:
-        server.drop_database(name)
+        with contextlib.suppress(psycopg.OperationalError):  # the server may be the thing that is gone
+            server.drop_database(name)

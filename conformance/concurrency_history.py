@@ -6,7 +6,12 @@ serialized them; transactions of different Runs touch disjoint records and commu
 logged transactions through the model in `now` order must therefore reproduce every logged outcome
 (results and domain errors alike) and, at the end, the stored snapshot record for record.
 Transactions that failed with a storage-level reason (lock, retry, constraint, authority) wrote
-nothing and have no model counterpart; they are counted, not replayed.
+nothing and have no model counterpart; they are counted, not replayed. A transaction whose
+connection died after COMMIT was sent (`ambiguous`, a lost commit response during an outage) is
+looked up in durable state: it committed a write exactly when the store holds an event created at
+its observation time (observation times are unique; an admission's events carry the plan's time, so
+an admission committed exactly when its Run exists and no acknowledged admission created it). A
+committed one is replayed without an outcome to compare; one that wrote nothing is left out.
 """
 
 from __future__ import annotations
@@ -34,9 +39,33 @@ def is_storage_level(entry: TransactionLog) -> bool:
     return error is not None and error["reason"] in STORAGE_REASONS
 
 
-def replayable(log: Iterable[TransactionLog]) -> list[TransactionLog]:
-    """The transactions with a model counterpart, in observation-time order."""
-    return sorted((e for e in log if e.now is not None and not is_storage_level(e)), key=lambda e: e.now or 0)
+def replayable(log: Iterable[TransactionLog], snapshot: Snapshot | None = None) -> list[TransactionLog]:
+    """The transactions with a model counterpart, in observation-time order (`snapshot` resolves
+    the ambiguous ones; without it they are left out)."""
+    entries = [e for e in log if e.now is not None]
+    committed = committed_ambiguous(entries, snapshot) if snapshot is not None else set()
+    return sorted((e for e in entries if (id(e) in committed if e.ambiguous else not is_storage_level(e))),
+                  key=lambda e: e.now or 0)
+
+
+def committed_ambiguous(entries: list[TransactionLog], snapshot: Snapshot) -> set[int]:
+    """ids of the ambiguous entries whose writes are in `snapshot`."""
+    written = {e["createdAtMs"] for e in snapshot["events"]}
+    runs = {r["id"] for r in snapshot["runs"]}
+    created = {e.args["plan"]["runId"] for e in entries if not e.ambiguous and e.name == "admit_workflow"
+               and e.outcome.get("ok", {}).get("status") == "created"}
+    found = set()
+    for e in entries:
+        if not e.ambiguous:
+            continue
+        if e.name == "admit_workflow":
+            run_id = e.args["plan"]["runId"]
+            if run_id in runs and run_id not in created:
+                found.add(id(e))
+                created.add(run_id)
+        elif e.now in written:
+            found.add(id(e))
+    return found
 
 
 def split_unseen_runs(entries: list[TransactionLog]) -> tuple[list[TransactionLog], list[TransactionLog]]:
@@ -71,7 +100,7 @@ def event_problems(snapshot: Snapshot) -> list[str]:
 
 def replay_problems(log: list[TransactionLog], snapshot: Snapshot) -> tuple[list[str], int]:
     """Replay through the model; (problems, number of transactions replayed)."""
-    entries, early = split_unseen_runs(replayable(log))
+    entries, early = split_unseen_runs(replayable(log, snapshot))
     problems: list[str] = []
     times = [e.now for e in entries]
     if len(set(times)) != len(times):
@@ -93,6 +122,8 @@ def _compare(problems: list[str], label: str, entry: TransactionLog, state: Stat
     """Apply the logged command to `state`; a differing outcome is a problem. Returns the next state."""
     out = apply(state, {"name": entry.name, "args": entry.args}, entry.now)
     expected = {"ok": out.result} if out.error is None else {"error": out.error.to_json()}
+    if entry.ambiguous:  # committed, but its answer was lost: only its effect can be judged
+        return out.state
     if canonical_json(expected) != canonical_json(entry.outcome) and len(problems) < MAX_PROBLEMS:
         problems.append(f"{label} {entry.name}({canonical_json(entry.args).decode()[:160]}) at {entry.now}: "
                         f"stored {_short(entry.outcome)} but the model gives {_short(expected)}")

@@ -18,9 +18,10 @@ from typing import Any
 
 from qlwf.impl.port import CommandPort
 from qlwf.model import tables as T
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import QlwfError, Unavailable
 
 from . import plans
+from .outage import OUTAGE_REASONS, StorageUnreachable
 
 Record = dict[str, Any]
 # A small DAG per workflow: a → (b, c) → d.
@@ -70,13 +71,16 @@ class Worker:
     """One thread: `ops` operations against `port` with its own random stream and worker id."""
 
     def __init__(self, index: int, port: CommandPort, world: World, ops: int, seed: int,
-                 planned_at: Callable[[], int]) -> None:
+                 planned_at: Callable[[], int], on_storage_failure: Callable[[], None] | None = None) -> None:
         self.worker_id = f"w{index}"
         self.port = port
         self.world = world
         self.ops = ops
         self.rng = random.Random(seed * 1000 + index)
         self.planned_at = planned_at
+        # Blocks while the server is unreachable; raises StorageUnreachable once the window is spent.
+        self.on_storage_failure = on_storage_failure
+        self.done = 0  # operations completed
         self.crash: BaseException | None = None
         self.menu: list[tuple[Callable[[], None], int]] = [
             (self.advance, 3), (self.admit_task, 3), (self.claim, 3), (self.renew, 2), (self.start, 3),
@@ -89,13 +93,18 @@ class Worker:
             actions, weights = zip(*self.menu, strict=True)
             for _ in range(self.ops):
                 self.rng.choices(actions, weights)[0]()
+                self.done += 1
+        except StorageUnreachable:
+            pass  # the harness reports the outage; this worker just stops
         except BaseException as e:  # reported by the harness; a crash must not hang the other threads
             self.crash = e
 
     def call(self, name: str, args: Record) -> Record | None:
         try:
             return self.port.execute(name, args)
-        except QlwfError:
+        except QlwfError as e:
+            if isinstance(e, Unavailable) and e.reason in OUTAGE_REASONS and self.on_storage_failure is not None:
+                self.on_storage_failure()
             return None
 
     # ---- system commands ------------------------------------------------------------------------

@@ -204,6 +204,55 @@ def concurrency_postgres(opts: dict[str, Any]) -> Evidence:
     return _postgres(lambda: concurrency_gate.concurrency(ks, 60, 20261129))
 
 
+# Quick kill budget: two short corpus traces that still run admission, task admission, claim,
+# release, cancellation, convergence and the convergence page (the full gate kills the whole corpus).
+QUICK_KILL_TRACES = ("adr0228-attempt-two-steps-parent-atomic", "adr0228-page-isolates-drifted-workflow")
+SERVER_CRASH_TRACES = ("adr0228-partial-completion-final", "adr0226-failure-skips-chain")
+
+
+def faults_postgres(opts: dict[str, Any]) -> Evidence:
+    """Lost commit responses, a backend killed before every statement, server crashes on a durable cluster."""
+    import os
+
+    from qlwf.conformance import runner
+    from qlwf.conformance.lost_commits import with_lost_commits
+    from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
+    from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster, find_pg_bin
+
+    quick = bool(opts.get("quick"))
+    problems: list[str] = []
+    gaps: list[str] = []
+
+    def rendered(what: str, result: Any) -> str:
+        return f"{what}\n" + (result.divergence.render() if result.divergence else result.trace)
+
+    corpus = runner.corpus_traces()
+    kills, crashes = PgCrashStats(), PgCrashStats()
+    try:
+        doubled = runner.run_traces("postgres", [with_lost_commits(t) for t in corpus], invariants=False)
+        if not doubled.passed:
+            problems.append(rendered("lost-commit retries diverge on PostgreSQL", doubled.failures[0]))
+        traces = [t for t in corpus if t.name in QUICK_KILL_TRACES] if quick else corpus
+        problems += [rendered(f"backend kill on {r.trace}", r) for r in run_with_kills(traces, kills) if not r.passed]
+        if find_pg_bin() is None:  # an external server (QLWF_PG_DSN) is not ours to crash
+            gaps.append("server crashes not run: no local PostgreSQL binaries to start a durable cluster")
+        else:
+            with ThrowawayCluster(durable=True) as cluster:
+                for trace in [t for t in corpus if t.name in SERVER_CRASH_TRACES[: 1 if quick else 2]]:
+                    result = run_with_server_crashes(trace, crashes, cluster, every=4 if quick else 2)
+                    if not result.passed:
+                        problems.append(rendered(f"server crash on {trace.name}", result))
+    except PostgresUnavailable as e:
+        ci = " (CI=true: the CI machine must provide PostgreSQL)" if os.environ.get("CI") == "true" else ""
+        raise NoEvidence(f"PostgreSQL leg cannot run{ci}: {e}") from e
+    counts = {"lost_commit_traces": len(doubled.results), "kill_commands": kills.commands,
+              "kill_points": kills.crash_points, "server_crashes": crashes.server_crashes}
+    summary = (f"{len(doubled.results)} corpus traces with every writing command retried; {kills.crash_points} backend "
+               f"kills in {kills.commands} commands atomic; {crashes.server_crashes} server crashes (stop -m "
+               "immediate, fsync on) kept every acknowledged commit and no uncommitted write")
+    return Evidence(summary, counts, tuple(problems), tuple(gaps))
+
+
 CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots (and their ql3-shaped twins) are current and resolve",
@@ -216,5 +265,7 @@ CHECKS: list[Check] = [
           leg="postgres"),
     Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres,
           leg="postgres"),
+    Check("faults-postgres", "lost commit responses, backend kills at every statement, server crashes",
+          faults_postgres, leg="postgres"),
 ]
 LEGS = tuple(sorted({c.leg for c in CHECKS}))

@@ -16,12 +16,22 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown check(s): {sorted(unknown)}; known: {[c.name for c in CHECKS]}", file=sys.stderr)
         return EXIT_USAGE
+    skip = frozenset(args.skip or ())
+    if "postgres" not in skip and (args.self_test or any(c.leg == "postgres" for c in selected)):
+        from qlwf.impl.postgres.dsn import check_dsn_env
+        from qlwf.impl.postgres.server import PostgresUnavailable
+
+        try:  # a configured but broken server is a usage error, not an unknown per check or a traceback
+            check_dsn_env()
+        except PostgresUnavailable as e:
+            print(f"qlwf check: {e}", file=sys.stderr)
+            return EXIT_USAGE
     if args.self_test:
         from qlwf.selftest import self_test
 
-        results = self_test(skip=frozenset(args.skip or ()), progress=sys.stderr)
+        results = self_test(skip=skip, progress=sys.stderr)
     else:
-        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=frozenset(args.skip or ()))
+        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=skip)
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
@@ -42,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                "verdicts: passed, failed, unknown (no problem found but too little evidence: a count below its\n"
                "floor in model/gate_evidence.json, or a leg that could not run), skipped (only by --skip)\n\n"
                "exit codes:\n  0  every check that ran passed\n  1  a check failed\n  2  bad usage\n"
+               "  2  also: QLWF_PG_DSN is set but malformed or unreachable\n"
                "  3  no failure, but a check is unknown (or every check was skipped)\n\n"
                "PostgreSQL: the *-postgres checks start a throwaway cluster from the local server binaries\n"
                "(initdb, pg_ctl, postgres: on PATH, under /usr/lib/postgresql/*/bin, or QLWF_PG_BIN), or use\n"

@@ -11,13 +11,21 @@ from typing import Any
 from qlwf.conformance import backends, runner
 from qlwf.progress import Progress
 
+EXIT_PASSED, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_CODES = ("exit codes: 0 every trace and concurrency run passed; 1 a divergence (or a failed concurrency "
+              "judgement); 2 bad usage, or PostgreSQL unavailable or misconfigured before the run (no server, "
+              "malformed or unreachable QLWF_PG_DSN, --concurrency above the server's connection limit); "
+              "3 storage unreachable: the server went away during a concurrency run and did not come back within "
+              "--reconnect-window (the report says how far the run got)")
+
 
 def register(subparsers: Any) -> None:
     conform = subparsers.add_parser(
         "conform", help="replay generated traces (and the golden corpus) against a backend in lockstep with the model",
         description="Apply seeded-random traces, and with --corpus the golden traces, to the model and to a fresh "
                     "store of the backend; compare outcome and full snapshot after every step. Exit 0 only when "
-                    "every trace passed. The last line printed is a one-line summary.")
+                    "every trace passed. The last line printed is a one-line summary.",
+        epilog=EXIT_CODES)
     conform.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")
     conform.add_argument("--traces", type=_count, default=None, metavar="N",
                          help="generated traces (default: 100, or 0 with --concurrency)")
@@ -33,6 +41,12 @@ def register(subparsers: Any) -> None:
                          help="operations per worker of the concurrency check (default: 60)")
     conform.add_argument("--variant", default="correct", choices=("correct", "broken"),
                          help="concurrency check against the real backend or a deliberately broken one")
+    conform.add_argument("--workflows", type=_positive, default=3, metavar="N",
+                         help="workflows admitted before the concurrency workers start; workers may admit up to "
+                              "2N (default: 3). Long run: --concurrency 8 --workflows 1000 --ops 1500")
+    conform.add_argument("--reconnect-window", type=_seconds, default=30.0, metavar="SECONDS",
+                         help="how long a concurrency run waits for an unreachable server before it stops with "
+                              "exit 3 (default: 30)")
     conform.set_defaults(func=_conform)
 
     replay = subparsers.add_parser(
@@ -43,6 +57,7 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")
     replay.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     replay.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation")
+    replay.epilog = "exit codes: 0 passed; 1 diverged; 2 bad usage or PostgreSQL unavailable or misconfigured"
     replay.set_defaults(func=_replay)
 
 
@@ -50,6 +65,23 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("must be in (0, 3600] seconds")
     return value
 
 
@@ -64,16 +96,18 @@ def _ks(text: str) -> list[int]:
 
 
 def _with_server(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    """A missing PostgreSQL server is a one-line message and exit 2, not a traceback."""
+    """A missing, malformed or unreachable PostgreSQL server is a one-line message and exit 2, not a traceback."""
     if args.backend != "postgres":
         return run(args)
+    from qlwf.impl.postgres.dsn import check_dsn_env, one_line
     from qlwf.impl.postgres.server import PostgresStartupError, PostgresUnavailable
 
     try:
+        check_dsn_env()
         return run(args)
     except (PostgresUnavailable, PostgresStartupError) as e:
-        print(f"postgres backend unavailable: {e}", file=sys.stderr)
-        return 2
+        print(f"postgres backend unavailable: {one_line(e)}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
 
 
 def _conform(args: argparse.Namespace) -> int:
@@ -95,16 +129,30 @@ def _run_conform(args: argparse.Namespace) -> int:
         bar.close()  # not on an interrupt: then the one line said is the interrupt's
     if args.concurrency:
         from qlwf.conformance.concurrency import concurrency_check
+        from qlwf.conformance.outage import connection_headroom
+        from qlwf.impl.postgres.conformance import shared_server
 
+        server = shared_server()[0]
+        headroom = connection_headroom(server.dsn())
+        # K pooled connections plus one for the harness (outage probes)
+        if max(args.concurrency) + 1 > headroom.available:
+            print(f"--concurrency {max(args.concurrency)} needs {max(args.concurrency) + 1} connections but the "
+                  f"server accepts {headroom.available} more ({headroom.describe()})", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         for k in args.concurrency:
-            report = concurrency_check(k=k, ops=args.ops, seed=args.seed, variant=args.variant)
+            report = concurrency_check(k=k, ops=args.ops, seed=args.seed, variant=args.variant,
+                                       workflows=args.workflows, server=server,
+                                       reconnect_window_s=args.reconnect_window,
+                                       on_event=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
             if args.json:
                 print(json.dumps(report.to_json(), ensure_ascii=False))
             else:
                 for problem in report.problems:
                     print(f"  {problem}")
-            print(report.line())
-            code = code or (0 if report.passed else 1)
+            print(report.line(), flush=True)
+            if report.unreachable is not None:
+                return EXIT_UNREACHABLE
+            code = code or (EXIT_PASSED if report.passed else EXIT_DIVERGED)
     return code
 
 

@@ -72,3 +72,21 @@ def pg_server() -> Iterator[Any]:
         pytest.skip(str(exc))
     yield server
     stop_shared_server()
+
+
+@pytest.fixture(scope="session")
+def pg_durable() -> Iterator[Any]:
+    """A private throwaway cluster with durability on (fsync, synchronous_commit), for the tests that
+    crash, stop and restart a server; never the shared one. Skips (fails under CI) without binaries."""
+    from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster
+
+    try:
+        cluster = ThrowawayCluster(durable=True).start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

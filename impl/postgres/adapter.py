@@ -55,6 +55,9 @@ class TransactionLog:
     args: Any
     outcome: Record  # {"ok": result} or {"error": {class, code, reason}}
     now: int | None
+    # The connection died after COMMIT was sent: the transaction may or may not have committed, and
+    # the caller must find out from durable state (a lost commit response).
+    ambiguous: bool = False
 
 
 @dataclass
@@ -155,8 +158,9 @@ class PostgresAdapter(CommandPort):
     def _transaction(self, fail: Failures, command: WritingCommand, args: Any, prepared: Any) -> Record:
         for attempt in range(1, self.max_tries + 1):
             now: list[int] = []
+            lost: list[bool] = []
             try:
-                result = self._try(fail, command, prepared, now.append)
+                result = self._try(fail, command, prepared, now.append, lost)
             except Retryable as e:
                 self.stats.retried(e.sqlstate)
                 if attempt < self.max_tries:
@@ -164,7 +168,7 @@ class PostgresAdapter(CommandPort):
                 continue
             except QlwfError as e:
                 self.stats.add("failures")
-                self._observe(fail.command, args, {"error": e.to_json()}, now)
+                self._observe(fail.command, args, {"error": e.to_json()}, now, ambiguous=bool(lost))
                 raise
             self.stats.add("commits")
             self._observe(fail.command, args, {"ok": result}, now)
@@ -176,14 +180,20 @@ class PostgresAdapter(CommandPort):
         self._observe(fail.command, args, {"error": error.to_json()}, [])
         raise error
 
-    def _try(self, fail: Failures, command: WritingCommand, prepared: Any, on_now: Callable[[int], None]) -> Record:
+    def _try(self, fail: Failures, command: WritingCommand, prepared: Any, on_now: Callable[[int], None],
+             lost: list[bool]) -> Record:
+        """One try; appends to `lost` when the connection broke after COMMIT was sent (outcome unknown)."""
         with self._connection(fail) as conn:
+            committing = False
             try:
                 conn.execute(self._begin)
                 result = run_command(self._store_factory(conn), fail, self.clock, command, prepared, on_now)
+                committing = True
                 conn.execute("COMMIT")
                 return result
             except BaseException as e:
+                if committing and conn.broken:
+                    lost.append(True)
                 _rollback(conn)
                 if isinstance(e, ConcurrentChange):
                     raise fail.conflict("concurrent_change", f"{e} changed concurrently") from e
@@ -194,9 +204,9 @@ class PostgresAdapter(CommandPort):
                     raise map_storage_error(fail, e) from e
                 raise
 
-    def _observe(self, name: str, args: Any, outcome: Record, now: list[int]) -> None:
+    def _observe(self, name: str, args: Any, outcome: Record, now: list[int], *, ambiguous: bool = False) -> None:
         if self.observer is not None:
-            self.observer(TransactionLog(name, args, outcome, now[-1] if now else None))
+            self.observer(TransactionLog(name, args, outcome, now[-1] if now else None, ambiguous))
 
     # ---- queries and the convergence page -------------------------------------------------------
     def _query(self, fail: Failures, name: str, limit: int, after: tuple[Any, ...] | None) -> Record:

@@ -535,6 +535,7 @@ class ThrowawayCluster:
         superuser: str = SUPERUSER,
         max_connections: int = 100,
         startup_timeout_s: float = 60.0,
+        durable: bool = False,
     ) -> None:
         found = bin_dir or find_pg_bin()
         if found is None:
@@ -544,6 +545,7 @@ class ThrowawayCluster:
         self.superuser = superuser
         self.max_connections = max_connections
         self.startup_timeout_s = startup_timeout_s
+        self.durable = durable  # fsync, synchronous_commit and full_page_writes on (crash tests)
         self._base: Path | None = None
         self._running = False
         self._os_user: pwd.struct_passwd | None = None
@@ -737,6 +739,8 @@ class ThrowawayCluster:
             "timezone": "'UTC'",
             "logging_collector": "off",
         }
+        if self.durable:
+            settings.update(fsync="on", synchronous_commit="on", full_page_writes="on")
         # Both files exist after initdb: rewriting them in place keeps the server user's ownership.
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write("\n# qlwf throwaway cluster\n")
@@ -789,6 +793,36 @@ class ThrowawayCluster:
                 conn.execute("SELECT 1")
         except psycopg.Error as e:
             raise PostgresStartupError(f"cannot log in to the new cluster: {e}") from None
+
+    # -- crash and restart (fault injection) ----------------------------------------------------
+    # Kept apart from the lifecycle above: the data directory survives, so a restart runs
+    # PostgreSQL's crash recovery on it.
+
+    def crash(self) -> None:
+        """``pg_ctl stop -m immediate``: every backend dies at once, nothing is flushed or checkpointed."""
+        self.halt("immediate")
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server but keep the data directory (``restart()`` brings it back)."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise ValueError(f"unknown shutdown mode {mode!r}")
+        if self._base is None:
+            raise RuntimeError("cluster not started")
+        result = self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"], timeout=60)
+        if result.returncode != 0:
+            raise PostgresStartupError(f"pg_ctl stop -m {mode} failed: {(result.stdout or '').strip()}")
+        if self._proc is not None:  # our child: reap it
+            self._proc.wait(_STOP_TIMEOUT_S)
+            self._proc = None
+        self._running = False
+
+    def restart(self) -> None:
+        """Start the server again on the same data directory (after ``crash()`` or ``halt()``)."""
+        if self._base is None:
+            raise RuntimeError("cluster not started")
+        if not self._running:
+            self._start_server()  # as our child again, so it keeps the parent-death signal
+            self._running = True
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"

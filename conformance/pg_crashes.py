@@ -1,0 +1,257 @@
+"""Crashes at every statement boundary of every writing command, and server crashes, on PostgreSQL.
+
+The mirror of crashes.py (SQLite). Statement k of a writing command is the k-th statement its
+connection sends inside the command: BEGIN (with its SET LOCALs), every store statement, COMMIT
+(not the ROLLBACK of a command that failed on its own). For each writing command of a trace and
+each k, the command is started and, just before statement k:
+
+* `kill` mode: a second connection terminates the command's backend (`pg_terminate_backend`, waiting
+  until it is gone), then statement k goes out on the dead connection. The command must fail with
+  Unavailable, and the durable state (read on a fresh connection) must be exactly the state before
+  the command. k grows until the command completes without reaching the crash point: that run is
+  the real one, compared with the model by the lockstep harness as usual, so re-running a killed
+  command gives the model's outcome.
+* `server` mode: the server is crashed (`pg_ctl stop -m immediate`) before the planned statements
+  (inside the transaction) and right after every planned command was acknowledged (between
+  commands), then restarted; crash recovery must keep every acknowledged commit (the lockstep
+  harness compares the durable snapshot with the model after every step) and nothing of the
+  interrupted transaction (the state equals the state before the command), and the trace runs on
+  to its verdict.
+
+converge_cancellation_page commits one workflow at a time by design (storage.md §6.1), and a
+workflow's failure is an outcome of the page, not an error. Its crash points are those of its scan
+and of its first workflow's transaction; there the whole caller dies (the page stops), and the
+state must still be the state before the page. Later workflows run the converge_cancellation
+transaction, whose every statement is covered as a command of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from qlwf.impl.port import FixedClock, Record, Snapshot
+from qlwf.impl.postgres.adapter import PostgresAdapter
+from qlwf.impl.postgres.conformance import shared_server
+from qlwf.impl.postgres.database import PgDatabase
+from qlwf.impl.postgres.server import PgServer, ThrowawayCluster, temporary_database
+from qlwf.model import tables as T
+from qlwf.model.errors import Unavailable
+
+from .crashes import CrashAtomicityError
+from .lockstep import LockstepResult, load_invariant_check, run_lockstep
+from .outage import quiet_pool
+from .trace import Trace
+
+PAGE = "converge_cancellation_page"
+KILL_TIMEOUT_S = 5.0
+
+
+class InjectedCrash(Exception):
+    """The caller died inside a convergence page (raised after the backend was killed)."""
+
+
+@dataclass
+class StatementPlan:
+    at: int | None = None  # crash before this statement of the current command (1-based)
+    seen: int = 0
+    fired: bool = False
+    committed: bool = False  # the page: a COMMIT went through (its first workflow is durable)
+    action: Callable[[psycopg.Connection[Any]], None] | None = None
+    raise_after: bool = False  # the page: the caller dies too
+    at_commit: bool = False  # crash before the first COMMIT instead of statement `at`
+
+    def arm(self, at: int | None, action: Callable[[psycopg.Connection[Any]], None] | None = None,
+            raise_after: bool = False, at_commit: bool = False) -> None:
+        self.at, self.seen, self.fired, self.committed = at, 0, False, False
+        self.action, self.raise_after, self.at_commit = action, raise_after, at_commit
+
+    def boundary(self, conn: psycopg.Connection[Any], query: Any) -> None:
+        # A ROLLBACK is the error path of a command that already failed on its own: not a crash point.
+        if self.at is None or self.fired or self.committed or query == "ROLLBACK":
+            return
+        self.seen += 1
+        if (query == "COMMIT") if self.at_commit else self.seen == self.at:
+            self.fired = True
+            if self.action is not None:
+                self.action(conn)
+            if self.raise_after:
+                # let the driver notice the dead connection, so that the pool discards it
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT 1")
+                raise InjectedCrash(f"the caller died before statement {self.seen}")
+
+
+class HookedConnection:
+    """A pooled connection seen through the plan: every statement is a crash point first."""
+
+    def __init__(self, conn: psycopg.Connection[Any], plan: StatementPlan) -> None:
+        self._conn = conn
+        self._plan = plan
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        self._plan.boundary(self._conn, query)
+        cursor = self._conn.execute(query, params, **kwargs)
+        if query == "COMMIT" and self._plan.raise_after:  # the page: one workflow is durable now
+            self._plan.committed = True
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@dataclass
+class PgCrashStats:
+    commands: int = 0
+    crash_points: int = 0  # statement boundaries injected (kills or server crashes inside a transaction)
+    server_crashes: int = 0  # every pg_ctl stop -m immediate, inside transactions and between commands
+    by_command: Counter[str] = field(default_factory=Counter)  # crash points per command name
+
+
+class CrashingPgAdapter(PostgresAdapter):
+    """The PostgreSQL adapter whose writing commands crash on plan (see the module docstring)."""
+
+    def __init__(self, database: PgDatabase, admin_dsn: str, stats: PgCrashStats, *,
+                 cluster: ThrowawayCluster | None = None, crash_every: int = 0) -> None:
+        super().__init__(database, FixedClock())
+        self.plan = StatementPlan()
+        self.crash_stats = stats
+        self.cluster = cluster  # server mode when set
+        self.crash_every = crash_every  # server mode: crash around every n-th writing command
+        self._admin = psycopg.connect(admin_dsn, autocommit=True)
+        self._writing = 0
+
+    def close(self) -> None:
+        super().close()
+        self._admin.close()
+
+    @contextlib.contextmanager
+    def _connection(self, fail: Any) -> Iterator[Any]:
+        with super()._connection(fail) as conn:
+            yield HookedConnection(conn, self.plan) if self.plan.at is not None else conn
+
+    def execute(self, name: str, args: Any, now: int | None = None) -> Record:
+        if name not in T.WRITING_COMMANDS:
+            self.plan.arm(None)
+            return super().execute(name, args, now)
+        self.crash_stats.commands += 1
+        self._writing += 1
+        if self.cluster is not None:
+            return self._with_server_crashes(name, args, now)
+        before = self.snapshot()
+        k = 1
+        while True:
+            self.plan.arm(k, self._kill_backend, raise_after=name == PAGE)
+            try:
+                result = super().execute(name, args, now)
+            except Exception as e:
+                if not self.plan.fired:
+                    raise  # the command's own outcome, reached before statement k: the real run
+                self._check(name, k, before, e)
+                k += 1
+                continue
+            finally:
+                self.plan.arm(None)
+            if self.plan.fired:
+                raise CrashAtomicityError(f"{name}: the backend was killed before statement {k} and the command "
+                                          "still answered")
+            return result
+
+    def _kill_backend(self, conn: psycopg.Connection[Any]) -> None:
+        """Terminate the backend and wait until it is gone (its transaction aborted), polling every
+        millisecond: pg_terminate_backend's own wait sleeps in 100 ms steps."""
+        pid = conn.info.backend_pid
+        row = self._admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
+        if not (row and row[0]):
+            raise RuntimeError(f"backend {pid} could not be signalled")
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while self._admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"backend {pid} still alive {KILL_TIMEOUT_S} s after pg_terminate_backend")
+            time.sleep(0.001)
+
+    def _check(self, name: str, k: int, before: Snapshot, error: Exception) -> None:
+        self.crash_stats.crash_points += 1
+        self.crash_stats.by_command[name] += 1
+        if not isinstance(error, Unavailable | InjectedCrash):
+            raise CrashAtomicityError(f"{name}: a crash before statement {k} was reported as "
+                                      f"{type(error).__name__}: {error} (expected Unavailable)")
+        after = self.snapshot()
+        if after != before:
+            raise CrashAtomicityError(f"{name}: crashed before statement {k}, the durable state holds a partial write")
+
+    # ---- server mode -------------------------------------------------------------------------------
+    def _crash_server(self, _conn: Any = None) -> None:
+        assert self.cluster is not None
+        self.cluster.crash()
+        self.crash_stats.server_crashes += 1
+        self.cluster.restart()
+        self._admin.close()
+        self._admin = psycopg.connect(self.cluster.dsn(), autocommit=True)
+        self.database.pool.check()  # drop the idle connections the crash broke
+
+    def _with_server_crashes(self, name: str, args: Any, now: int | None) -> Record:
+        if self.crash_every <= 0 or self._writing % self.crash_every:
+            return super().execute(name, args, now)
+        before = self.snapshot()
+        # inside the transaction: every write done, COMMIT not yet sent (for the page: its first
+        # workflow's COMMIT, before which nothing of the page is durable)
+        self.plan.arm(0, self._crash_server, raise_after=name == PAGE, at_commit=True)
+        try:
+            result = super().execute(name, args, now)
+        except Exception as e:
+            if not self.plan.fired:
+                raise  # failed before any COMMIT: the command's own outcome
+            self._check(name, self.plan.seen, before, e)
+            result = super().execute(name, args, now)  # the real run
+        finally:
+            self.plan.arm(None)
+        self._crash_server()  # between commands: after the answer, before the harness reads back
+        return result
+
+
+@contextlib.contextmanager
+def crashing_postgres(stats: PgCrashStats, server: PgServer, *, cluster: ThrowawayCluster | None = None,
+                      crash_every: int = 0) -> Iterator[CrashingPgAdapter]:
+    """A crashing adapter on a fresh database of `server` (of `cluster`, which it crashes, in server mode)."""
+    with quiet_pool(), temporary_database(server, "qlwf_crash") as dsn:
+        database = PgDatabase(dsn, size=2)
+        try:
+            database.apply_schema()
+            adapter = CrashingPgAdapter(database, dsn, stats, cluster=cluster, crash_every=crash_every)
+            try:
+                yield adapter
+            finally:
+                adapter.close()
+        finally:
+            database.close()
+
+
+def run_with_kills(traces: Iterable[Trace], stats: PgCrashStats, server: PgServer | None = None, *,
+                   invariants: bool = False) -> list[LockstepResult]:
+    """Lockstep every trace with a backend kill before every statement of every writing command;
+    one database, emptied before each trace."""
+    server = server if server is not None else shared_server()[0]
+    check = load_invariant_check() if invariants else None
+    results = []
+    with crashing_postgres(stats, server) as adapter:
+        for trace in traces:
+            adapter.database.reset()
+            results.append(run_lockstep(trace, adapter, invariants=check, invariants_every_step=False))
+    return results
+
+
+def run_with_server_crashes(trace: Trace, stats: PgCrashStats, cluster: ThrowawayCluster,
+                            every: int = 3) -> LockstepResult:
+    """Lockstep `trace` on `cluster` (durability on) crashing the server inside and after every
+    `every`-th writing command; every invariant is evaluated on the recovered state after every step."""
+    if not cluster.durable:
+        raise ValueError("server crashes need a cluster started with durable=True: with synchronous_commit off "
+                         "an acknowledged commit may be lost, which is no bug of the backend")
+    with crashing_postgres(stats, cluster, cluster=cluster, crash_every=every) as adapter:
+        return run_lockstep(trace, adapter, invariants=load_invariant_check())

@@ -1,0 +1,43 @@
+"""Checking `QLWF_PG_DSN` before any work: a malformed or unreachable DSN is one line, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from .server import DSN_ENV, PostgresUnavailable
+
+CONNECT_TIMEOUT_S = 5
+_URI_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+_KEY_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (libpq messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def check_dsn_env() -> None:
+    """Raise PostgresUnavailable (one-line message, the DSN itself never echoed: it may hold a
+    password) when QLWF_PG_DSN is set but cannot be parsed or connected to; unset passes."""
+    dsn = os.environ.get(DSN_ENV, "").strip()
+    if not dsn:
+        return
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error as e:
+        raise PostgresUnavailable(f"{DSN_ENV} is malformed: {_redacted(one_line(e), dsn)}") from None
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as e:
+        raise PostgresUnavailable(f"{DSN_ENV} is unreachable: {_redacted(one_line(e), dsn)}") from None
+
+
+def _redacted(message: str, dsn: str) -> str:
+    """libpq quotes parts of a malformed DSN back; passwords must not reach a log."""
+    message = message.replace(dsn, "<the DSN>")
+    return _KEY_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1:***@", message))

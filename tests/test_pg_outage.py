@@ -1,0 +1,166 @@
+"""Outages produce a verdict: a server that stays away stops the concurrency run after the
+reconnection window with "storage unreachable" (exit 3), one that comes back is reported and the
+run is still judged; a malformed or unreachable QLWF_PG_DSN is one line and exit 2; a K the server
+cannot serve is refused up front."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from qlwf.conformance.concurrency import concurrency_check
+from qlwf.conformance.outage import Reachability, StorageUnreachable, connection_headroom
+from qlwf.impl.postgres.server import DSN_ENV, PgServer, ThrowawayCluster
+
+from qlwf.cli import main
+
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parent.parent
+WINDOW_S = 3.0
+MARGIN_S = 10.0  # a worker blocked in the pool's 5 s getconn timeout, pool close, database cleanup
+
+
+@pytest.fixture()
+def cluster(pg_durable: ThrowawayCluster) -> Iterator[ThrowawayCluster]:
+    """The durable cluster, running again after the test whatever the test did to it."""
+    pg_durable.restart()
+    yield pg_durable
+    pg_durable.restart()
+
+
+def once_at(n: int, action: Callable[[], None]) -> Callable[[int], None]:
+    fired = threading.Event()
+
+    def hook(count: int) -> None:
+        if count >= n and not fired.is_set():
+            fired.set()
+            action()
+    return hook
+
+
+def test_a_permanent_outage_stops_the_run_after_the_window(cluster: ThrowawayCluster) -> None:
+    crashed_at: list[float] = []
+
+    def crash() -> None:
+        crashed_at.append(time.monotonic())
+        cluster.crash()
+
+    report = concurrency_check(k=3, ops=10_000, seed=1, server=cluster, reconnect_window_s=WINDOW_S,
+                               after_transaction=once_at(30, crash))
+    elapsed = time.monotonic() - crashed_at[0]
+    assert WINDOW_S <= elapsed <= WINDOW_S + MARGIN_S, elapsed
+    assert report.unreachable is not None and not report.passed
+    assert report.transactions >= 30 and 0 < report.ops_done < 3 * 10_000 and report.workflows_admitted >= 3
+    line = report.line()
+    assert "STORAGE UNREACHABLE" in line and f"got through {report.ops_done} of 30000 ops" in line
+    progress = report.to_json()["progress"]
+    assert report.to_json()["storageUnreachable"] and progress["opsCompleted"] == report.ops_done
+
+
+def test_a_transient_outage_is_reported_and_the_history_still_judged(cluster: ThrowawayCluster) -> None:
+    def crash_and_come_back() -> None:
+        cluster.crash()
+        threading.Timer(1.5, cluster.restart).start()
+
+    report = concurrency_check(k=3, ops=40, seed=2, server=cluster, reconnect_window_s=30,
+                               after_transaction=once_at(25, crash_and_come_back))
+    assert report.passed, "\n".join(report.problems or [report.line()])
+    assert len(report.outages) == 1 and report.outages[0].seconds >= 1.0
+    assert "1 outage(s) lasting" in report.line() and report.replayed > 25
+    assert report.to_json()["outages"][0]["seconds"] >= 1.0
+
+
+def test_the_cli_exits_3_when_the_server_goes_away_for_good(cluster: ThrowawayCluster, tmp_path: Path) -> None:
+    env = {**os.environ, DSN_ENV: cluster.dsn()}
+    cmd = [sys.executable, "-m", "qlwf.cli", "conform", "--backend", "postgres", "--concurrency", "2",
+           "--ops", "100000", "--reconnect-window", str(WINDOW_S)]
+    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            _wait_for_pool(cluster, 2, deadline=time.monotonic() + 30)
+            time.sleep(0.5)
+            cluster.crash()
+            stopped = time.monotonic()
+            out, err = proc.communicate(timeout=WINDOW_S + MARGIN_S + 10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 3, (out, err)
+    assert time.monotonic() - stopped <= WINDOW_S + MARGIN_S + 5
+    assert "Traceback" not in err and "STORAGE UNREACHABLE" in out.splitlines()[-1]
+    assert "workflows admitted" in out.splitlines()[-1] and "storage unreachable at" in err
+
+
+def _wait_for_pool(cluster: ThrowawayCluster, k: int, deadline: float) -> None:
+    """Until the run's k pooled connections are open on its own database."""
+    sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE 'qlwf_concurrency_%' "
+           "AND backend_type = 'client backend'")
+    while time.monotonic() < deadline:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            row = conn.execute(sql).fetchone()
+        if row and row[0] >= k:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the concurrency run never opened its pool")
+
+
+@pytest.mark.parametrize("dsn", ["host=/nonexistent/qlwf port=1 dbname=x connect_timeout=2",
+                                 "postgresql://qlwf:s3cret@[::1", "not a dsn"])
+@pytest.mark.parametrize("argv", [["conform", "--backend", "postgres", "--traces", "1"],
+                                  ["check", "--only", "conform-postgres"],
+                                  ["replay", str(REPO / "conformance/corpus/adr0226-settled-replay.json"),
+                                   "--backend", "postgres"]])
+def test_a_broken_dsn_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                            dsn: str, argv: list[str]) -> None:
+    monkeypatch.setenv(DSN_ENV, dsn)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and DSN_ENV in lines[0] and ("malformed" in lines[0] or "unreachable" in lines[0])
+    assert "s3cret" not in captured.err and "Traceback" not in captured.err and not captured.out.strip()
+
+
+def test_a_k_above_the_connection_limit_is_refused(pg_server: PgServer, capsys: pytest.CaptureFixture[str]) -> None:
+    headroom = connection_headroom(pg_server.dsn())
+    assert headroom.available > 0
+    too_many = str(headroom.available)  # K pooled connections + 1 harness connection > available
+    assert main(["conform", "--backend", "postgres", "--concurrency", f"2,{too_many}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--concurrency {too_many}" in err[0] and "max_connections" in err[0]
+
+
+def test_the_window_bounds_the_wait_without_a_server() -> None:
+    reach = Reachability("unused", 0.5, probe_fn=lambda _dsn: False)
+    start = time.monotonic()
+    with pytest.raises(StorageUnreachable):
+        reach.wait()
+    assert 0.5 <= time.monotonic() - start < 2.0 and reach.gave_up is not None
+    with pytest.raises(StorageUnreachable):  # every later caller stops at once
+        reach.wait()
+    answers = iter([False, False, True])
+    back = Reachability("unused", 30, probe_fn=lambda _dsn: next(answers))
+    back.wait()
+    assert len(back.outages) == 1 and back.gave_up is None
+
+
+def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
+    from qlwf.conformance.concurrency import _through_outages
+
+    calls: list[int] = []
+
+    def snapshot() -> str:
+        calls.append(1)
+        if len(calls) == 1:  # the pool handed out a connection the restarted server no longer knows
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return "snapshot"
+
+    reach = Reachability("unused", 5, probe_fn=lambda _dsn: True)
+    assert _through_outages(reach, snapshot) == "snapshot" and len(calls) == 2
