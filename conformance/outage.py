@@ -124,7 +124,9 @@ class Reachability:
             raise StorageUnreachable(self.gave_up)
 
     def _say(self, message: str) -> None:
-        if self.on_event is not None:
+        # An interrupted run disables warnings while it tears the server down (qlwf/cli.py): the
+        # outage that teardown causes is not news, and the interrupt's one line must stay the only one.
+        if self.on_event is not None and logging.root.manager.disable < logging.WARNING:
             self.on_event(message)
 
 
