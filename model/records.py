@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import cache
 from typing import Any, NoReturn
 
 import networkx as nx
 
 from . import tables as T
-from .canonical import canonical_json, digest_bytes, json_digest
+from .canonical import canonical_json, digest_bytes, json_digest, plain_canonical_json
 from .errors import Invalid
 from .values import (
     INT31_MAX,
@@ -64,7 +65,15 @@ TASK_RECEIPT_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "receipt_
 BINDING_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "argument_invalid")
 
 
+@cache
+def _keyset(keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(keys)
+
+
 def exact_keys(x: Any, required: tuple[str, ...], optional: tuple[str, ...], fail: Failer, what: str) -> None:
+    if type(x) is dict and (x.keys() == _keyset(required) if not optional
+                            else _keyset(required) <= x.keys() <= _keyset(required + optional)):
+        return  # the common case, decided without building the messages' lists
     fail.check(is_object(x), f"{what} must be an object")
     keys = set(x)
     missing = [k for k in required if k not in keys]
@@ -109,6 +118,26 @@ def task_definition_ref(materialized_revision_digest: str, task_id: str) -> str:
 
 def plan_digest(unsigned_plan: Record) -> str:
     return json_digest(T.DOMAIN_PLAN, unsigned_plan)
+
+
+def _is_acyclic(steps: list[Record]) -> bool:
+    """Kahn's algorithm over need → dependent edges; every need is a known step key."""
+    indeg = {s["stepKey"]: len(s["needs"]) for s in steps}
+    dependents: dict[str, list[str]] = {k: [] for k in indeg}
+    for s in steps:
+        for need in s["needs"]:
+            dependents[need].append(s["stepKey"])
+    order = [k for k, n in indeg.items() if n == 0]
+    for k in order:
+        for dep in dependents[k]:
+            indeg[dep] -= 1
+            if indeg[dep] == 0:
+                order.append(dep)
+    return len(order) == len(indeg)
+
+
+# `,"planDigest":"<64 hex>"` appended to the unsigned plan's text (the closing brace moves after it).
+_PLAN_DIGEST_MEMBER_BYTES = len(',"planDigest":""') + 64
 
 
 def dependency_graph(steps: list[Record]) -> nx.DiGraph:
@@ -162,16 +191,19 @@ def normalize_plan(x: Any) -> Record:
     for s in steps:
         for need in s["needs"]:
             fail.check(need in keys, f"step {s['stepKey']} needs unknown step {need}")
-    fail.check(nx.is_directed_acyclic_graph(dependency_graph(steps)), "dependency graph is cyclic")
+    fail.check(_is_acyclic(steps), "dependency graph is cyclic")
     fail.check(is_identifier(x["planId"]), "planId invalid")
     fail.check(is_portable_id(x["runId"]), "runId invalid")
     fail.check(is_timestamp(x["plannedAtMs"]), "plannedAtMs invalid")
     unsigned = {"schema": T.SCHEMA_PLAN, "planId": x["planId"], "runId": x["runId"], "target": target,
                 "steps": steps, "plannedAtMs": x["plannedAtMs"]}
     fail.check(is_digest(x["planDigest"]), "planDigest invalid")
-    fail.check(x["planDigest"] == plan_digest(unsigned), "planDigest mismatch")
+    # Every value is validated (no floats), so the fast encoder is exact; one encoding serves the
+    # digest and the size of the signed plan.
+    body = plain_canonical_json(unsigned)
+    fail.check(x["planDigest"] == digest_bytes(T.DOMAIN_PLAN, body), "planDigest mismatch")
     plan = {**unsigned, "planDigest": x["planDigest"]}
-    fail.check(len(canonical_json(plan)) <= T.MAX_PLAN_BYTES, "plan exceeds 262144 bytes")
+    fail.check(len(body) + _PLAN_DIGEST_MEMBER_BYTES <= T.MAX_PLAN_BYTES, "plan exceeds 262144 bytes")
     return plan
 
 
@@ -227,6 +259,29 @@ _STEP_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("stepRunDigest", is_digest),
 )
 
+
+
+def _step_fields_ok(x: Record) -> bool:
+    """All of _STEP_RULES at once, in their order and with the same predicates (so the same
+    exceptions, if any); only a False needs the rule loop, to name the first failing key."""
+    ident, ts, ref = is_identifier, is_timestamp, is_reference_text
+    return (
+        x["schema"] == T.SCHEMA_STEP_RUN and ident(x["id"]) and ident(x["runId"])
+        and (x["parentStepRunId"] is None or ident(x["parentStepRunId"])) and ident(x["stepKey"])
+        and x["kind"] in T.STEP_KINDS and ref(x["definitionRef"]) and is_digest(x["definitionDigest"])
+        and type(x["required"]) is bool and x["status"] in T.STEP_STATUSES
+        and is_int_in(x["version"], 1, INT31_MAX) and is_int_in(x["attemptCount"], 0, T.MAX_STEP_RUN_ATTEMPTS)
+        and (x["inputRef"] is None or ref(x["inputRef"])) and (x["outputRef"] is None or ref(x["outputRef"]))
+        and (x["approvalRequestId"] is None or ident(x["approvalRequestId"]))
+        and (x["readyAtMs"] is None or ts(x["readyAtMs"])) and (x["startedAtMs"] is None or ts(x["startedAtMs"]))
+        and (x["finishedAtMs"] is None or ts(x["finishedAtMs"]))
+        and (x["resultCode"] is None or is_result_code(x["resultCode"]))
+        and (x["errorSummary"] is None or is_summary_text(x["errorSummary"]))
+        and ts(x["createdAtMs"]) and ts(x["updatedAtMs"]) and ident(x["lastMutationId"])
+        and is_digest(x["stepRunDigest"])
+    )
+
+
 _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
     "pending": (False, False, False),
     "ready": (True, False, False),
@@ -239,6 +294,10 @@ _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finis
 
 def _step_body_bytes(step_run: Record) -> bytes:
     return canonical_json({k: step_run[k] for k in STEP_RUN_KEYS[:-1]})
+
+
+# `,"stepRunDigest":"<64 hex>"}`: what the full record's text has after the body's last member.
+_STEP_DIGEST_TAIL_BYTES = len(',"stepRunDigest":""}') + 64
 
 
 def step_run_digest(step_run: Record) -> str:
@@ -296,16 +355,20 @@ STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
     if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
         exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
-    for key, rule in _STEP_RULES:
-        if not rule(x[key]):
-            fail(f"StepRun {key} is invalid")
+    if not _step_fields_ok(x):
+        for key, rule in _STEP_RULES:
+            if not rule(x[key]):
+                fail(f"StepRun {key} is invalid")
     s = {k: x[k] for k in STEP_RUN_KEYS}
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
-    body = _step_body_bytes(s)
+    # Validated values only (no floats), so the fast encoder is exact. The record ends with its
+    # 64-hex digest, so the body is the full text without that last member.
+    full = plain_canonical_json(s)
+    body = full[:-_STEP_DIGEST_TAIL_BYTES] + b"}"
     fail.check(digest_bytes(T.DOMAIN_STEP_RUN, body) == s["stepRunDigest"], f"StepRun {s['id']} digest mismatch")
-    fail.check(_step_json_size(body) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
+    fail.check(len(full) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     return s
 
 
@@ -323,7 +386,7 @@ def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, 
     problem = step_run_invariant_violation(body)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
-    raw = canonical_json(body)
+    raw = plain_canonical_json(body)  # built from validated values: no floats
     fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     digest = digest_bytes(T.DOMAIN_STEP_RUN, raw)
     return {**body, "stepRunDigest": digest}, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
@@ -678,9 +741,9 @@ def actor_problem(actor: Any) -> str | None:
 
 
 # Shared, memoized normalizers for the pure resolvers (see memo.py); never hand these out.
-from .memo import ExactMemo  # noqa: E402 - needs the normalizers above
+from .memo import ExactMemo, flat_key  # noqa: E402 - needs the normalizers above
 
 shared_plan = ExactMemo(normalize_plan, 64)
-shared_step_run = ExactMemo(normalize_step_run, 8192)
+shared_step_run = ExactMemo(normalize_step_run, 8192, key=flat_key)  # a StepRun's values are all scalars
 shared_admission_receipt = ExactMemo(normalize_admission_receipt, 64)
 shared_task_receipt = ExactMemo(normalize_task_receipt, 4096)

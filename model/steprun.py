@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import tables as T
-from .canonical import canonical_json, digest_bytes, json_digest
+from .canonical import digest_bytes, json_digest, plain_canonical_json
 from .errors import Conflict
 from .records import (
     STEP_FAIL,
@@ -186,9 +186,11 @@ def _mutation(previous: Record | None, step_run: Record, context: Record, step_b
 
 
 def _spliced_digest(m: Record, step_bytes: bytes) -> str:
-    """mutation_digest(m) with the already encoded StepRun spliced in (same bytes, one encoding less)."""
-    head = canonical_json({k: m[k] for k in MUTATION_KEYS[:8]})
-    body = head[:-1] + b',"stepRun":' + step_bytes + b',"event":' + canonical_json(m["event"]) + b"}"
+    """mutation_digest(m) with the already encoded StepRun spliced in (same bytes, one encoding less).
+
+    Every value here was validated or built by the model (no floats), so the fast encoder is exact."""
+    head = plain_canonical_json({k: m[k] for k in MUTATION_KEYS[:8]})
+    body = head[:-1] + b',"stepRun":' + step_bytes + b',"event":' + plain_canonical_json(m["event"]) + b"}"
     return digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, body)
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from qlwf.model.canonical import canonical_text
+from qlwf.model.canonical import canonical_text, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.oracle import FUNCTIONS, ORACLE_REQUEST_INVALID, consult
 
@@ -20,20 +20,35 @@ def _reject_constant(name: str) -> Any:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
-        obj[key] = value
+    obj = dict(pairs)  # C speed; a shorter dict means a repeated key, found (and named) below
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
     return obj
+
+
+def parse_json_floats(text: str) -> tuple[Any, bool]:
+    """parse_json, and whether the text had a float literal (`1.0`, `1e400`; -> float or infinity)."""
+    floats: list[str] = []
+
+    def parse_float(literal: str) -> float:
+        floats.append(literal)
+        return float(literal)
+
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                           parse_float=parse_float)
+    except (ValueError, RecursionError) as e:
+        raise Invalid(ORACLE_REQUEST_INVALID, "json_invalid", f"input is not valid JSON: {e}") from e
+    return value, bool(floats)
 
 
 def parse_json(text: str) -> Any:
     """Strict JSON: duplicate keys and NaN/Infinity are errors (they have no ql3 meaning)."""
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as e:
-        raise Invalid(ORACLE_REQUEST_INVALID, "json_invalid", f"input is not valid JSON: {e}") from e
+    return parse_json_floats(text)[0]
 
 
 def _read(path: str) -> str:
@@ -66,24 +81,40 @@ def run_single(args: argparse.Namespace) -> int:
     return 0
 
 
-def answer_line(line: str) -> dict[str, Any]:
-    """One batch request → {"ok": resolution} or {"error": {class, code, message}}."""
+def _answer(line: str) -> tuple[dict[str, Any], bool]:
+    """answer_line, and whether the answer may hold a float (only when the request text had one)."""
+    floats = False
     try:
-        request = parse_json(line)
+        request, floats = parse_json_floats(line)
         if not isinstance(request, dict) or set(request) != {"fn", "input"}:
             raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'a request is exactly {"fn", "input"}')
-        return {"ok": consult(request["fn"], request["input"]).resolution}
+        return {"ok": consult(request["fn"], request["input"]).resolution}, floats
     except QlwfError as e:
-        return {"error": {"class": e.error_class, "code": e.code, "message": f"{e.reason}: {e.message}"}}
+        return {"error": {"class": e.error_class, "code": e.code, "message": f"{e.reason}: {e.message}"}}, False
     except Exception as e:
         return {"error": {"class": "Unavailable", "code": "QLWF_ORACLE_INTERNAL_ERROR",
-                          "message": f"{type(e).__name__}: {e}"}}
+                          "message": f"{type(e).__name__}: {e}"}}, False
+
+
+def answer_line(line: str) -> dict[str, Any]:
+    """One batch request → {"ok": resolution} or {"error": {class, code, message}}."""
+    return _answer(line)[0]
+
+
+def encode_answer(line: str) -> str:
+    """The canonical answer line to one request (without the newline).
+
+    An answer is built from the parsed request and the model's own values: plain JSON, and free of
+    floats unless the request had a float literal, so the fast encoder is exact for it.
+    """
+    answer, floats = _answer(line)
+    return canonical_text(answer) if floats else plain_canonical_json(answer).decode("utf-8")
 
 
 def run_batch(_args: argparse.Namespace) -> int:
     for line in sys.stdin:
         if line.strip():
-            sys.stdout.write(canonical_text(answer_line(line)) + "\n")
+            sys.stdout.write(encode_answer(line) + "\n")
     sys.stdout.flush()
     return 0
 
