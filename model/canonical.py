@@ -70,7 +70,10 @@ def id_hash(domain: str, *fields: str | int) -> str:
     """hex(sha256(domain ‖ NUL ‖ f1 ‖ NUL ‖ … ‖ NUL ‖ fk)); integers are written in decimal."""
     parts = [domain.encode("utf-8")]
     for field in fields:
-        if isinstance(field, bool):
+        if type(field) is str:  # the common case first
+            parts.append(field.encode("utf-8"))
+        elif isinstance(field, bool):
             raise TypeError("booleans are not identifier fields")
-        parts.append(str(field).encode("utf-8") if isinstance(field, int) else field.encode("utf-8"))
+        else:
+            parts.append(str(field).encode("utf-8") if isinstance(field, int) else field.encode("utf-8"))
     return hashlib.sha256(b"\x00".join(parts)).hexdigest()

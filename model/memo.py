@@ -20,43 +20,55 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .canonical import canonical_text
+from .canonical import canonical_json, plain_canonical_json
 
 Normalizer = Callable[[Any], dict[str, Any]]
 
-_SCALARS = (str, int, float, bool, type(None))
-_SCALAR_TYPES = frozenset(_SCALARS)
+_SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
 _STR_ONLY = frozenset((str,))
 # Larger inputs are normalized every time instead of pinning their text (a plan is at most 262144 bytes).
-MAX_KEY_CHARS = 1 << 19
+MAX_KEY_CHARS = 1 << 19  # bytes of key text
 
 
 def is_plain_json(x: Any) -> bool:
     """True when x is built only from dict (str keys), list, str, int, float, bool and None, exactly."""
+    t = type(x)
+    if t is not dict and t is not list:
+        return t in _SCALAR_TYPES
     stack = [x]
-    while stack:
+    push = stack.append
+    while stack:  # only containers are pushed: scalars are checked where they are met
         node = stack.pop()
-        t = type(node)
-        if t is dict:
-            if any(type(k) is not str for k in node):
+        if type(node) is dict:
+            if not _STR_ONLY.issuperset(map(type, node)):
                 return False
-            stack.extend(node.values())
-        elif t is list:
-            stack.extend(node)
-        elif t not in _SCALARS:
-            return False
+            values: Any = node.values()
+        else:
+            values = node
+        for v in values:
+            tv = type(v)
+            if tv is dict or tv is list:
+                push(v)
+            elif tv not in _SCALAR_TYPES:
+                return False
     return True
 
 
 def text_key(x: Any) -> Hashable | None:
-    """The canonical JSON text of a plain JSON value, or None when it has none (or is oversized).
+    """The JSON text of a plain JSON value as bytes, or None when it has none (or is oversized).
 
-    The text distinguishes 1 from 1.0 and true and reflects key order, so equal keys mean equal inputs.
+    The text distinguishes 1 from 1.0 and true and reflects key order, so equal keys mean equal
+    inputs: it is the fast encoder's text (canonical, except that floats are written another way),
+    and either encoder's text parses back to exactly the value it was written from (a float always
+    with `.` or `e`) - save NaN and infinities, which orjson writes as `null`. So a text with `null`
+    in it is replaced by the reference text, which raises for those.
     """
     if not is_plain_json(x):
         return None
     try:
-        key = canonical_text(x)
+        key = plain_canonical_json(x)
+        if b"null" in key:
+            key = canonical_json(x)
     except (ValueError, RecursionError):  # NaN/infinity, a lone surrogate, an int too long to print, depth
         return None
     return key if len(key) <= MAX_KEY_CHARS else None

@@ -8,6 +8,7 @@ key order. Failures raise the normalizer's typed Invalid error.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from functools import cache
 from typing import Any, NoReturn
@@ -19,6 +20,7 @@ from .canonical import canonical_json, digest_bytes, json_digest, plain_canonica
 from .errors import Invalid
 from .values import (
     INT31_MAX,
+    SAFE_INT_MAX,
     is_array,
     is_bool,
     is_bounded_string,
@@ -161,36 +163,46 @@ def normalize_plan(x: Any) -> Record:
     fail.check(is_array(steps_in) and 1 <= len(steps_in) <= T.MAX_WORKFLOW_STEPS,
                "plan steps must be an array of 1..128 steps")
     steps: list[Record] = []
+    # `if not ...: fail(f"...")` rather than fail.check(..., f"..."): the messages are built only on failure.
+    mrd = target["materializedRevisionDigest"]
     for i, step in enumerate(steps_in):
-        where = f"plan step {i}"
-        exact_keys(step, PLAN_STEP_KEYS, (), fail, where)
-        fail.check(step["initialStatus"] in ("ready", "pending") and step["required"] is True,
-                   f"{where} initialStatus/required invalid")
+        exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
+        if not (step["initialStatus"] in ("ready", "pending") and step["required"] is True):
+            fail(f"plan step {i} initialStatus/required invalid")
         key = step["stepKey"]
-        fail.check(is_resource_id(key), f"{where} stepKey invalid")
-        fail.check(is_resource_id(step["taskId"]), f"{where} taskId invalid")
+        if not is_resource_id(key):
+            fail(f"plan step {i} stepKey invalid")
+        if not is_resource_id(step["taskId"]):
+            fail(f"plan step {i} taskId invalid")
         needs = step["needs"]
-        fail.check(is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS, f"{where} needs must be an array")
+        if not (is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS):
+            fail(f"plan step {i} needs must be an array")
         for j, need in enumerate(needs):
-            fail.check(is_resource_id(need), f"{where} need {j} invalid")
-            fail.check(need != key, f"{where} needs itself")
-            fail.check(j == 0 or needs[j - 1] < need, f"{where} needs not strictly ascending")
-        fail.check((step["initialStatus"] == "ready") == (not needs),
-                   f"{where} initialStatus must be ready iff needs is empty")
-        fail.check(step["taskDefinitionRef"] == task_definition_ref(target["materializedRevisionDigest"],
-                                                                     step["taskId"]),
-                   f"{where} taskDefinitionRef mismatch")
-        fail.check(is_identifier(step["stepRunId"]), f"{where} stepRunId invalid")
-        fail.check(is_digest(step["taskDefinitionDigest"]), f"{where} taskDefinitionDigest invalid")
+            if not is_resource_id(need):
+                fail(f"plan step {i} need {j} invalid")
+            if need == key:
+                fail(f"plan step {i} needs itself")
+            if not (j == 0 or needs[j - 1] < need):
+                fail(f"plan step {i} needs not strictly ascending")
+        if (step["initialStatus"] == "ready") != (not needs):
+            fail(f"plan step {i} initialStatus must be ready iff needs is empty")
+        if not step["taskDefinitionRef"] == task_definition_ref(mrd, step["taskId"]):  # noqa: SIM201 - as before
+            fail(f"plan step {i} taskDefinitionRef mismatch")
+        if not is_identifier(step["stepRunId"]):
+            fail(f"plan step {i} stepRunId invalid")
+        if not is_digest(step["taskDefinitionDigest"]):
+            fail(f"plan step {i} taskDefinitionDigest invalid")
         steps.append({**canonical(step, PLAN_STEP_KEYS), "needs": list(needs)})
     steps.sort(key=lambda s: s["stepKey"])
     for a, b in itertools.pairwise(steps):
-        fail.check(a["stepKey"] != b["stepKey"], f"duplicate stepKey {a['stepKey']}")
+        if a["stepKey"] == b["stepKey"]:
+            fail(f"duplicate stepKey {a['stepKey']}")
     fail.check(len({s["stepRunId"] for s in steps}) == len(steps), "duplicate stepRunId")
     keys = {s["stepKey"] for s in steps}
     for s in steps:
         for need in s["needs"]:
-            fail.check(need in keys, f"step {s['stepKey']} needs unknown step {need}")
+            if need not in keys:
+                fail(f"step {s['stepKey']} needs unknown step {need}")
     fail.check(_is_acyclic(steps), "dependency graph is cyclic")
     fail.check(is_identifier(x["planId"]), "planId invalid")
     fail.check(is_portable_id(x["runId"]), "runId invalid")
@@ -261,24 +273,48 @@ _STEP_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
 
 
 
+_IDENT_128 = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII).fullmatch  # is_identifier's
+_HEX_64 = re.compile(r"[0-9a-f]{64}", re.ASCII).fullmatch  # is_digest's
+
+
+def _ident(v: Any) -> bool:
+    return type(v) is str and _IDENT_128(v) is not None
+
+
+def _ts(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= SAFE_INT_MAX
+
+
+_PRINTABLE_512 = re.compile(r"[\x20-\x7e]{1,512}", re.ASCII).fullmatch  # an ASCII REFERENCE_TEXT
+_PRINTABLE_2048 = re.compile(r"[\x20-\x7e]{1,2048}", re.ASCII).fullmatch  # an ASCII SUMMARY_TEXT
+
+
+def _ref(v: Any) -> bool:
+    """is_reference_text, without encoding the usual printable ASCII text to count its bytes."""
+    return type(v) is str and (_PRINTABLE_512(v) is not None or is_reference_text(v))
+
+
 def _step_fields_ok(x: Record) -> bool:
-    """All of _STEP_RULES at once, in their order and with the same predicates (so the same
-    exceptions, if any); only a False needs the rule loop, to name the first failing key."""
-    ident, ts, ref = is_identifier, is_timestamp, is_reference_text
+    """True only if every rule of _STEP_RULES holds (the same predicates, some inlined, in their
+    order, so the same exceptions if any); a False runs the rule loop to name the first failing key."""
+    ref = _ref
     return (
-        x["schema"] == T.SCHEMA_STEP_RUN and ident(x["id"]) and ident(x["runId"])
-        and (x["parentStepRunId"] is None or ident(x["parentStepRunId"])) and ident(x["stepKey"])
-        and x["kind"] in T.STEP_KINDS and ref(x["definitionRef"]) and is_digest(x["definitionDigest"])
+        x["schema"] == T.SCHEMA_STEP_RUN and _ident(x["id"]) and _ident(x["runId"])
+        and (x["parentStepRunId"] is None or _ident(x["parentStepRunId"])) and _ident(x["stepKey"])
+        and x["kind"] in T.STEP_KINDS and ref(x["definitionRef"])
+        and type(x["definitionDigest"]) is str and _HEX_64(x["definitionDigest"]) is not None
         and type(x["required"]) is bool and x["status"] in T.STEP_STATUSES
-        and is_int_in(x["version"], 1, INT31_MAX) and is_int_in(x["attemptCount"], 0, T.MAX_STEP_RUN_ATTEMPTS)
+        and type(x["version"]) is int and 1 <= x["version"] <= INT31_MAX
+        and type(x["attemptCount"]) is int and 0 <= x["attemptCount"] <= T.MAX_STEP_RUN_ATTEMPTS
         and (x["inputRef"] is None or ref(x["inputRef"])) and (x["outputRef"] is None or ref(x["outputRef"]))
-        and (x["approvalRequestId"] is None or ident(x["approvalRequestId"]))
-        and (x["readyAtMs"] is None or ts(x["readyAtMs"])) and (x["startedAtMs"] is None or ts(x["startedAtMs"]))
-        and (x["finishedAtMs"] is None or ts(x["finishedAtMs"]))
+        and (x["approvalRequestId"] is None or _ident(x["approvalRequestId"]))
+        and (x["readyAtMs"] is None or _ts(x["readyAtMs"])) and (x["startedAtMs"] is None or _ts(x["startedAtMs"]))
+        and (x["finishedAtMs"] is None or _ts(x["finishedAtMs"]))
         and (x["resultCode"] is None or is_result_code(x["resultCode"]))
-        and (x["errorSummary"] is None or is_summary_text(x["errorSummary"]))
-        and ts(x["createdAtMs"]) and ts(x["updatedAtMs"]) and ident(x["lastMutationId"])
-        and is_digest(x["stepRunDigest"])
+        and (x["errorSummary"] is None or (type(x["errorSummary"]) is str and _PRINTABLE_2048(x["errorSummary"])
+                                           is not None) or is_summary_text(x["errorSummary"]))
+        and _ts(x["createdAtMs"]) and _ts(x["updatedAtMs"]) and _ident(x["lastMutationId"])
+        and type(x["stepRunDigest"]) is str and _HEX_64(x["stepRunDigest"]) is not None
     )
 
 
@@ -359,7 +395,8 @@ def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
         for key, rule in _STEP_RULES:
             if not rule(x[key]):
                 fail(f"StepRun {key} is invalid")
-    s = {k: x[k] for k in STEP_RUN_KEYS}
+    # A copy in canonical order; a C-level copy when the input already is (as ql3 writes records).
+    s = dict(x) if tuple(x) == STEP_RUN_KEYS else {k: x[k] for k in STEP_RUN_KEYS}
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
