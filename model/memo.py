@@ -116,8 +116,8 @@ class ExactMemo:
                 return hit
         value = self.fn(x)
         with self._lock:
+            # A key another thread stored meanwhile keeps its place: the bound holds either way.
             self.entries[key] = value
-            self.entries.move_to_end(key)
             while len(self.entries) > self.size:
                 self.entries.popitem(last=False)
         return value

@@ -192,7 +192,9 @@ def normalize_plan(x: Any) -> Record:
             fail(f"plan step {i} stepRunId invalid")
         if not is_digest(step["taskDefinitionDigest"]):
             fail(f"plan step {i} taskDefinitionDigest invalid")
-        steps.append({**canonical(step, PLAN_STEP_KEYS), "needs": list(needs)})
+        copy = {k: step[k] for k in PLAN_STEP_KEYS}  # every key is present (exact_keys)
+        copy["needs"] = list(needs)
+        steps.append(copy)
     steps.sort(key=lambda s: s["stepKey"])
     for a, b in itertools.pairwise(steps):
         if a["stepKey"] == b["stepKey"]:
@@ -419,14 +421,24 @@ def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, 
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
     invariants and size are checked; types hold by construction. Returns the record and its full
     canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again."""
-    body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
-    problem = step_run_invariant_violation(body)
-    if problem:
-        fail(f"StepRun {s['id']}: {problem}")
-    raw = plain_canonical_json(body)  # built from validated values: no floats
+    if tuple(s) == STEP_RUN_KEYS and type(s["stepRunDigest"]) is str and _HEX_64(s["stepRunDigest"]) is not None:
+        # A transition's copy of a normalized record: canonical order, ending with the previous
+        # 64-hex digest, so the body is its text without that member, and the copy keeps the order.
+        problem = step_run_invariant_violation(s)
+        if problem:
+            fail(f"StepRun {s['id']}: {problem}")
+        raw = plain_canonical_json(s)[:-_STEP_DIGEST_TAIL_BYTES] + b"}"  # validated values: no floats
+        sealed = dict(s)
+    else:
+        sealed = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
+        problem = step_run_invariant_violation(sealed)
+        if problem:
+            fail(f"StepRun {s['id']}: {problem}")
+        raw = plain_canonical_json(sealed)  # built from validated values: no floats
     fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     digest = digest_bytes(T.DOMAIN_STEP_RUN, raw)
-    return {**body, "stepRunDigest": digest}, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
+    sealed["stepRunDigest"] = digest
+    return sealed, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
 
 
 def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:

@@ -173,12 +173,15 @@ def mutation_event(step_run: Record, previous_status: str | None, context: Recor
         "from": previous_status, "to": step_run["status"], "version": step_run["version"],
         "stepRunDigest": step_run["stepRunDigest"],
     }
-    return make_event(
+    event = make_event(
         event_id=context["eventId"], run_id=step_run["runId"], sequence=context["expectedRunEventSequence"] + 1,
         type_="step.created" if previous_status is None else f"step.{step_run['status']}",
         actor=context["actor"], payload=payload, created_at_ms=step_run["updatedAtMs"],
         step_run_id=step_run["id"],
-    ) | ({"dedupeKey": context["dedupeKey"]} if context["dedupeKey"] != context["eventId"] else {})
+    )
+    if context["dedupeKey"] != context["eventId"]:
+        event["dedupeKey"] = context["dedupeKey"]  # make_event wrote the key already: its place stays
+    return event
 
 
 def _mutation(previous: Record | None, step_run: Record, context: Record, step_bytes: bytes | None = None) -> Record:
@@ -194,17 +197,11 @@ def _mutation(previous: Record | None, step_run: Record, context: Record, step_b
         "stepRun": step_run,
         "event": mutation_event(step_run, None if previous is None else previous["status"], context),
     }
-    m["mutationDigest"] = mutation_digest(m) if step_bytes is None else _spliced_digest(m, step_bytes)
+    # m holds exactly the unsigned mutation, in canonical order. After a transition every value in it
+    # was validated or built by the model (no floats), so the fast encoder is exact for it.
+    m["mutationDigest"] = (mutation_digest(m) if step_bytes is None
+                           else digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, plain_canonical_json(m)))
     return m
-
-
-def _spliced_digest(m: Record, step_bytes: bytes) -> str:
-    """mutation_digest(m) with the already encoded StepRun spliced in (same bytes, one encoding less).
-
-    Every value here was validated or built by the model (no floats), so the fast encoder is exact."""
-    head = plain_canonical_json({k: m[k] for k in MUTATION_KEYS[:8]})
-    body = head[:-1] + b',"stepRun":' + step_bytes + b',"event":' + plain_canonical_json(m["event"]) + b"}"
-    return digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, body)
 
 
 def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Record:

@@ -30,6 +30,23 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _members_match(text: str, value: Any) -> bool:
+    """True only if `value`, parsed from `text` into plain dicts, lost no repeated key.
+
+    Outside strings a `:` only separates a member's name from its value, and the fast encoder
+    writes `:` unescaped and nowhere else, so without escaped colons (`\\u003a`) in the text both
+    count members plus the colons inside strings alike, and a dropped repeated member makes the
+    value's count smaller. Any doubt (an escaped colon, a value orjson refuses) answers False.
+    """
+    # (A one-character search is a memchr; most requests have no backslash at all.)
+    if "\\" in text and ("\\u003a" in text or "\\u003A" in text):
+        return False
+    try:
+        return plain_canonical_json(value).count(b":") == text.count(":")
+    except (ValueError, RecursionError):  # a lone surrogate, or nesting the reference encoder refuses
+        return False
+
+
 def parse_json_floats(text: str) -> tuple[Any, bool]:
     """parse_json, and whether the text had a float literal (`1.0`, `1e400`; -> float or infinity)."""
     floats: list[str] = []
@@ -38,11 +55,20 @@ def parse_json_floats(text: str) -> tuple[Any, bool]:
         floats.append(literal)
         return float(literal)
 
+    # Plain dicts first (the C decoder builds them). On any doubt or error, parse again with the
+    # checking hook, which decides (and words) the outcome exactly as it always did.
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                           parse_float=parse_float)
-    except (ValueError, RecursionError) as e:
-        raise Invalid(ORACLE_REQUEST_INVALID, "json_invalid", f"input is not valid JSON: {e}") from e
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float)
+        plain = _members_match(text, value)
+    except (ValueError, RecursionError):
+        plain = False
+    if not plain:
+        floats.clear()
+        try:
+            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                               parse_float=parse_float)
+        except (ValueError, RecursionError) as e:
+            raise Invalid(ORACLE_REQUEST_INVALID, "json_invalid", f"input is not valid JSON: {e}") from e
     return value, bool(floats)
 
 

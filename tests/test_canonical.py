@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from qlwf.model import canonical
 from qlwf.model.canonical import canonical_json, plain_canonical_json
+from qlwf.model.errors import Invalid
 
 from qlwf import cmd_oracle
 
@@ -101,3 +102,55 @@ def test_batch_answers_with_a_float_literal_use_the_reference_encoder(literal: s
 def test_duplicate_keys_are_named_like_before() -> None:
     with pytest.raises(Exception, match=r"duplicate key 'b'"):
         cmd_oracle.parse_json('{"a":1,"b":2,"c":{"b":1},"b":3,"a":4}')
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":1,"a":2}', '{"x":{"k":"v:w","k":"z"}}', '[{"a":{"b":1}},{"c":2,"c":{"d":3}}]',
+    '{"a":"\\u003a","b":1,"b":2}', '{"a":"\\u003A:","a":1}', '{"a":1,"a":2} x', '{"a":1,"a":2,"n":NaN}',
+    '{"a":[1,2,3],"b":"::","a":[1,2,3]}',
+])
+def test_repeated_keys_are_found_wherever_they_are(text: str) -> None:
+    """The fast path parses into plain dicts and must still see every repeated key, and report
+    exactly the error the checking hook reports."""
+    with pytest.raises(Invalid) as fast:
+        cmd_oracle.parse_json(text)
+    try:
+        json.loads(text, object_pairs_hook=cmd_oracle._no_duplicates, parse_constant=cmd_oracle._reject_constant)
+    except ValueError as e:
+        assert fast.value.message == f"input is not valid JSON: {e}"
+    else:
+        pytest.fail("the reference parse accepted it")
+
+
+json_text = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | text,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(text, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(json_text, st.booleans())
+def test_parse_matches_the_checking_parser(value: Any, ascii_only: bool) -> None:
+    raw = json.dumps(value, ensure_ascii=ascii_only)
+    got, floats = cmd_oracle.parse_json_floats(raw)
+    want = json.loads(raw, object_pairs_hook=cmd_oracle._no_duplicates)
+    assert got == want and list(_walk_keys(got)) == list(_walk_keys(want))
+    assert floats is _has_float(value)
+
+
+def _has_float(x: Any) -> bool:
+    if type(x) is float:
+        return True
+    if type(x) is dict:
+        return any(_has_float(v) for v in x.values())
+    return type(x) is list and any(_has_float(v) for v in x)
+
+
+def _walk_keys(x: Any) -> Any:
+    if type(x) is dict:
+        for k, v in x.items():
+            yield k
+            yield from _walk_keys(v)
+    elif type(x) is list:
+        for v in x:
+            yield from _walk_keys(v)
