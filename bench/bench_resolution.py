@@ -108,12 +108,8 @@ def variants(snapshot: dict[str, Any], n: int, rng: random.Random) -> list[dict[
     return out
 
 
-def median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
-
-
-def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[float, list[str]]:
-    """Median ms of consult + canonical encoding of the answer, one input per call, and the answers.
+def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[list[float], list[str]]:
+    """Seconds of consult + canonical encoding of the answer, one input per call, and the answers.
 
     Answers may differ in key order between variants (a cancellation copies the input Run in its key
     order, cancellation.md §6), never in value."""
@@ -124,7 +120,7 @@ def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[float, list[s
         samples.append(time.perf_counter() - t0)
         answers.append(text)
     assert all(json.loads(a) == expected for a in answers), "answer value differs between key orders"
-    return median_ms(samples), answers
+    return samples, answers
 
 
 class Batch:
@@ -146,8 +142,8 @@ class Batch:
         self.proc.wait(timeout=60)
 
 
-def through_batch(batch: Batch, warmup: str, lines: list[str], answers: list[str]) -> float:
-    """Median ms from writing a request line to reading its answer line (byte-checked against in-process).
+def through_batch(batch: Batch, warmup: str, lines: list[str], answers: list[str]) -> list[float]:
+    """Seconds from writing a request line to reading its answer line (byte-checked against in-process).
 
     `warmup` is sent first and not timed: it warms the subprocess's code paths, and when cold it is
     a text of its own, so it fills no memo entry that a timed request could hit."""
@@ -158,7 +154,7 @@ def through_batch(batch: Batch, warmup: str, lines: list[str], answers: list[str
         answer = batch.request(line)
         samples.append(time.perf_counter() - t0)
         assert answer == '{"ok":' + want + "}\n", f"batch answer differs: {answer[:200]}"
-    return median_ms(samples)
+    return samples
 
 
 def main() -> None:
@@ -168,14 +164,15 @@ def main() -> None:
     args = parser.parse_args()
     wanted = args.shapes.split(",")
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"seed {SEED}; median ms per request over {args.repeat} requests, {N}-step plans; "
+    print(f"seed {SEED}; ms per request over {args.repeat} requests, {N}-step plans; "
           f"load average {load} on {os.cpu_count()} CPUs")
     print("cold = object keys shuffled per request (every request a new text: no cache hit); warm = one text "
           "repeated (memo hits)")
     print("frontier: run admitted, roots ready; cancel-all: intent right after admission, 128 StepRun mutations")
     print("in-process = consult + canonical answer; batch = one `qlwf oracle batch` subprocess, line in, line out")
+    print("each case: the median, then the minimum (the sample least disturbed by other load on the machine)")
     cols = ("in-proc cold", "in-proc warm", "cold/warm", "batch cold", "batch warm", "cold/warm", "batch/in-proc")
-    print(f"{'case':<22}" + "".join(f"{c:>14}" for c in cols))
+    print(f"{'case':<28}" + "".join(f"{c:>14}" for c in cols))
     rng = random.Random(SEED)
     batch = Batch()
     try:
@@ -194,8 +191,11 @@ def main() -> None:
                 b_cold = through_batch(batch, warmup_line, cold_lines, cold_answers)
                 warm_line = json.dumps({"fn": fn, "input": snap}, ensure_ascii=False) + "\n"
                 b_warm = through_batch(batch, warm_line, [warm_line] * args.repeat, warm_answers)
-                cells = (ip_cold, ip_warm, ip_cold / ip_warm, b_cold, b_warm, b_cold / b_warm, b_cold / ip_cold)
-                print(f"{name + ' ' + label:<22}" + "".join(f"{c:>14.3f}" for c in cells), flush=True)
+                for stat in (statistics.median, min):
+                    a, b, c, d = (stat(x) * 1000 for x in (ip_cold, ip_warm, b_cold, b_warm))
+                    cells = (a, b, a / b, c, d, c / d, c / a)
+                    case = f"{name} {label} {stat.__name__}"
+                    print(f"{case:<28}" + "".join(f"{x:>14.3f}" for x in cells), flush=True)
     finally:
         batch.close()
 

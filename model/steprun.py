@@ -72,35 +72,43 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
     exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
+    # `if not ...: fail(...)`: no message is built (and no call made) when a check passes.
     to = command["to"]
-    fail.check(to in T.STEP_STATUSES, "transition target is not a StepRun status")
-    fail.check(is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"]),
-               "expectedVersion/expectedDigest invalid")
+    if to not in T.STEP_STATUSES:
+        fail("transition target is not a StepRun status")
+    if not (is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"])):
+        fail("expectedVersion/expectedDigest invalid")
     if command["expectedVersion"] != cur["version"] or command["expectedDigest"] != cur["stepRunDigest"]:
         raise fence_conflict(f"StepRun {cur['id']} is not at the expected version/digest")
     if to not in T.STEP_TRANSITIONS[cur["status"]]:
         raise state_conflict(f"StepRun {cur['id']} cannot go {cur['status']} -> {to}")
     at = command["atMs"]
-    fail.check(is_timestamp(at) and at >= cur["updatedAtMs"], "transition time precedes updatedAtMs")
-    fail.check(is_identifier(command["mutationId"]), "mutationId invalid")
+    if not (is_timestamp(at) and at >= cur["updatedAtMs"]):
+        fail("transition time precedes updatedAtMs")
+    if not is_identifier(command["mutationId"]):
+        fail("mutationId invalid")
     supplied = {k: command[k] for k in COMMAND_OPTIONAL if k in command}
     for key, value in supplied.items():
-        fail.check(_OPTIONAL_RULES[key](value), f"{key} invalid")
+        if not _OPTIONAL_RULES[key](value):
+            fail(f"{key} invalid")
     approval_ok = to == "waiting_approval" or (to == "running" and cur["status"] == "waiting_approval")
-    fail.check(to != "waiting_approval" or "approvalRequestId" in supplied,
-               "waiting_approval requires approvalRequestId")
-    fail.check(not (to == "running" and cur["status"] == "waiting_approval")
-               or supplied.get("approvalRequestId") == cur["approvalRequestId"],
-               "running from waiting_approval requires the current approvalRequestId")
-    fail.check(approval_ok or "approvalRequestId" not in supplied, "approvalRequestId not allowed here")
-    fail.check(to == "succeeded" or "outputRef" not in supplied, "outputRef allowed only when succeeded")
-    fail.check(("resultCode" in supplied) == (to in T.STEP_RESULT_CODE_REQUIRED),
-               "resultCode required exactly for failed/skipped/cancelled/timed_out/lost")
-    fail.check(to in T.STEP_ERROR_SUMMARY_ALLOWED or "errorSummary" not in supplied,
-               "errorSummary allowed only for failed/timed_out/lost")
+    if not (to != "waiting_approval" or "approvalRequestId" in supplied):
+        fail("waiting_approval requires approvalRequestId")
+    if (to == "running" and cur["status"] == "waiting_approval"
+            and not supplied.get("approvalRequestId") == cur["approvalRequestId"]):  # noqa: SIM201 - as before
+        fail("running from waiting_approval requires the current approvalRequestId")
+    if not (approval_ok or "approvalRequestId" not in supplied):
+        fail("approvalRequestId not allowed here")
+    if not (to == "succeeded" or "outputRef" not in supplied):
+        fail("outputRef allowed only when succeeded")
+    if ("resultCode" in supplied) != (to in T.STEP_RESULT_CODE_REQUIRED):
+        fail("resultCode required exactly for failed/skipped/cancelled/timed_out/lost")
+    if not (to in T.STEP_ERROR_SUMMARY_ALLOWED or "errorSummary" not in supplied):
+        fail("errorSummary allowed only for failed/timed_out/lost")
     if to == "running" and cur["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
         raise state_conflict(f"StepRun {cur['id']} has exhausted its attempts")
-    fail.check(cur["version"] < INT31_MAX, "StepRun version would overflow")
+    if not cur["version"] < INT31_MAX:
+        fail("StepRun version would overflow")
 
     nxt = dict(cur)
     nxt["outputRef"] = None
