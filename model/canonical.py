@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 from typing import Any
 
 try:  # optional accelerator; every use falls back to the reference encoder below
@@ -61,17 +62,24 @@ def json_digest(domain: str, value: Any) -> str:
     return digest_bytes(domain, canonical_json(value))
 
 
+@cache
+def _domain_prefix(domain: str) -> bytes:
+    return domain.encode("utf-8") + b"\x00"
+
+
 def digest_bytes(domain: str, body: bytes) -> str:
     """json_digest over an already canonical body (lets callers reuse the bytes for size checks)."""
-    return hashlib.sha256(domain.encode("utf-8") + b"\x00" + body).hexdigest()
+    return hashlib.sha256(_domain_prefix(domain) + body).hexdigest()
 
 
 def id_hash(domain: str, *fields: str | int) -> str:
     """hex(sha256(domain ‖ NUL ‖ f1 ‖ NUL ‖ … ‖ NUL ‖ fk)); integers are written in decimal."""
     parts = [domain.encode("utf-8")]
     for field in fields:
-        if type(field) is str:  # the common case first
+        if type(field) is str:  # the common cases first
             parts.append(field.encode("utf-8"))
+        elif type(field) is int:
+            parts.append(str(field).encode("utf-8"))
         elif isinstance(field, bool):
             raise TypeError("booleans are not identifier fields")
         else:
