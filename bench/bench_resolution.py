@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from generate import demo_plan
+from qlwf.model import canonical
 from qlwf.model.canonical import canonical_text
 from qlwf.model.invariants import consistent_binding
 from qlwf.model.oracle import consult
@@ -108,6 +109,10 @@ def variants(snapshot: dict[str, Any], n: int, rng: random.Random) -> list[dict[
     return out
 
 
+# The fastest exact encoder of the code under test (these inputs hold no floats), as `oracle batch` uses.
+_ENCODE = getattr(canonical, "plain_canonical_json", canonical.canonical_json)
+
+
 def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[list[float], list[str]]:
     """Seconds of consult + canonical encoding of the answer, one input per call, and the answers.
 
@@ -116,7 +121,7 @@ def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[list[float], 
     samples, answers = [], []
     for inp in inputs:
         t0 = time.perf_counter()
-        text = canonical_text(consult(fn, inp).resolution)
+        text = _ENCODE(consult(fn, inp).resolution).decode("utf-8")
         samples.append(time.perf_counter() - t0)
         answers.append(text)
     assert all(json.loads(a) == expected for a in answers), "answer value differs between key orders"
@@ -169,7 +174,8 @@ def main() -> None:
     print("cold = object keys shuffled per request (every request a new text: no cache hit); warm = one text "
           "repeated (memo hits)")
     print("frontier: run admitted, roots ready; cancel-all: intent right after admission, 128 StepRun mutations")
-    print("in-process = consult + canonical answer; batch = one `qlwf oracle batch` subprocess, line in, line out")
+    print("in-process = consult + canonical answer (inputs parsed beforehand);\n"
+          "batch = one `qlwf oracle batch` subprocess, line in, line out")
     print("each case: the median, then the minimum (the sample least disturbed by other load on the machine)")
     cols = ("in-proc cold", "in-proc warm", "cold/warm", "batch cold", "batch warm", "cold/warm", "batch/in-proc")
     print(f"{'case':<28}" + "".join(f"{c:>14}" for c in cols))
@@ -184,7 +190,9 @@ def main() -> None:
                 expected = consult(fn, snap).resolution
                 warmup, *cold_inputs = variants(snap, args.repeat + 1, rng)
                 consult(fn, warmup)
-                ip_cold, cold_answers = in_process(fn, cold_inputs, expected)
+                # Parsed from text like a request (fresh strings, not the snapshot's own objects); untimed.
+                parsed = [json.loads(json.dumps(v)) for v in cold_inputs]
+                ip_cold, cold_answers = in_process(fn, parsed, expected)
                 ip_warm, warm_answers = in_process(fn, [snap] * args.repeat, expected)
                 cold_lines = [json.dumps({"fn": fn, "input": v}, ensure_ascii=False) + "\n" for v in cold_inputs]
                 warmup_line = json.dumps({"fn": fn, "input": warmup}, ensure_ascii=False) + "\n"

@@ -25,6 +25,7 @@ from .canonical import canonical_json, plain_canonical_json
 Normalizer = Callable[[Any], dict[str, Any]]
 
 _SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
+_FLAT_VALUE_TYPES = _SCALAR_TYPES - {float}
 _STR_ONLY = frozenset((str,))
 # Larger inputs are normalized every time instead of pinning their text (a plan is at most 262144 bytes).
 MAX_KEY_CHARS = 1 << 19  # bytes of key text
@@ -77,20 +78,19 @@ def text_key(x: Any) -> Hashable | None:
 def flat_key(x: Any) -> Hashable | None:
     """An exact key for a flat JSON object (scalar values only, such as a StepRun), or None.
 
-    Keys, value types and values side by side: tuple equality compares values with ==, which alone
-    would confuse 1, 1.0 and True, so the exact types are part of the key. A float never equals a
-    stored key (stored keys come from successful normalizations, which reject floats), so NaN and
-    -0.0 cannot confuse a lookup either. Much cheaper than encoding the record as text.
+    Its canonical JSON text: for str keys and str/int/bool/None values (exact types, no floats) the
+    fast encoder writes exactly canonical_json, which tells 1 from true and reflects key order. A
+    float, a subclass, an integer beyond 64 bits or a lone surrogate yields None (no memo). Size:
+    only keys of successful normalizations are kept, bounded by the normalizer's own size limit
+    (16384 bytes for a StepRun).
     """
-    if type(x) is not dict:
+    if type(x) is not dict or not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values()))
+                                   and _STR_ONLY.issuperset(map(type, x))):
         return None
-    values = tuple(x.values())
-    types = tuple(map(type, values))
-    if not (_SCALAR_TYPES.issuperset(types) and _STR_ONLY.issuperset(map(type, x))):
+    try:
+        return plain_canonical_json(x)
+    except ValueError:  # a lone surrogate (the reference encoder refuses it too)
         return None
-    # A lone surrogate is fine in a tuple key. Size: only keys of successful normalizations are kept,
-    # and those are bounded by the normalizer's own size limit (16384 bytes for a StepRun).
-    return (tuple(x), types, values)
 
 
 class ExactMemo:
