@@ -1,26 +1,34 @@
 """Frontier and cancellation resolution on 128-step plans (chain, wide fan-out, random DAG).
 
-Reproducible: fixed shapes and seed; reports the median wall time per call over REPEAT calls.
-Run: python bench/bench_resolution.py [--repeat N]
+Cold first: an oracle client sends a different snapshot every time, so the exact-input memo misses.
+Cold inputs are the same snapshot with every object's keys shuffled per request (each request is a
+distinct JSON text, so no cache can hit, and every answer must be byte-identical); warm inputs repeat
+one text. Both are measured in-process (`consult`, on parsed inputs) and per request through one
+`qlwf oracle batch` subprocess (write a line, read the answer line, repeat).
+
+Reproducible: fixed shapes and seed (printed); reports the median wall time per request.
+Run: python bench/bench_resolution.py [--repeat N] [--shapes chain,fan-out,random-dag]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from generate import demo_plan
-from qlwf.model.cancellation import resolve_cancellation
-from qlwf.model.frontier import resolve_frontier
+from qlwf.model import canonical
+from qlwf.model.canonical import canonical_text
 from qlwf.model.invariants import consistent_binding
-from qlwf.model.records import shared_plan, shared_step_run
+from qlwf.model.oracle import consult
 from qlwf.model.system import WorkflowSystem
 
 N = 128
@@ -77,38 +85,127 @@ def late_cancel_snapshot(name: str, steps: list[tuple[str, list[str]]], done: in
             "observedAtMs": w.state.clock}
 
 
-def median_ms(fn: Callable[[], Any], repeat: int, cold: bool) -> float:
-    """Median ms per call; `cold` empties the normalization memo before every call (decisions Q-7)."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        if cold:
-            shared_plan.clear()
-            shared_step_run.clear()
+def shuffled(x: Any, rng: random.Random) -> Any:
+    """x with every object's keys in a random order (same JSON value, different text)."""
+    if type(x) is dict:
+        items = list(x.items())
+        rng.shuffle(items)
+        return {k: shuffled(v, rng) for k, v in items}
+    if type(x) is list:
+        return [shuffled(v, rng) for v in x]
+    return x
+
+
+def variants(snapshot: dict[str, Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """n distinct key orders of `snapshot` (distinct canonical texts, so the memo cannot hit)."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        v = shuffled(snapshot, rng)
+        text = canonical_text(v)
+        if text not in seen:
+            seen.add(text)
+            out.append(v)
+    return out
+
+
+# The fastest exact encoder of the code under test (these inputs hold no floats), as `oracle batch` uses.
+_ENCODE = getattr(canonical, "plain_canonical_json", canonical.canonical_json)
+
+
+def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[list[float], list[str]]:
+    """Seconds of consult + canonical encoding of the answer, one input per call, and the answers.
+
+    Answers may differ in key order between variants (a cancellation copies the input Run in its key
+    order, cancellation.md §6), never in value."""
+    samples, answers = [], []
+    for inp in inputs:
         t0 = time.perf_counter()
-        fn()
+        text = _ENCODE(consult(fn, inp).resolution).decode("utf-8")
         samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1000
+        answers.append(text)
+    assert all(json.loads(a) == expected for a in answers), "answer value differs between key orders"
+    return samples, answers
+
+
+class Batch:
+    """One `qlwf oracle batch` subprocess driven one request at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "oracle", "batch"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1)
+
+    def request(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def through_batch(batch: Batch, warmup: str, lines: list[str], answers: list[str]) -> list[float]:
+    """Seconds from writing a request line to reading its answer line (byte-checked against in-process).
+
+    `warmup` is sent first and not timed: it warms the subprocess's code paths, and when cold it is
+    a text of its own, so it fills no memo entry that a timed request could hit."""
+    batch.request(warmup)
+    samples = []
+    for line, want in zip(lines, answers, strict=True):
+        t0 = time.perf_counter()
+        answer = batch.request(line)
+        samples.append(time.perf_counter() - t0)
+        assert answer == '{"ok":' + want + "}\n", f"batch answer differs: {answer[:200]}"
+    return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--shapes", default="chain,fan-out,random-dag")
     args = parser.parse_args()
-    print(f"median ms per call over {args.repeat} calls, {N}-step plans; warm = repeated snapshot "
-          "(normalization memo hit), cold = memo emptied before each call")
-    print("cancel-all: intent right after admission, all 128 StepRuns mutated; cancel-late: 120 succeeded first")
-    head = ("frontier warm", "frontier cold", "cancel-all warm", "cancel-all cold", "cancel-late warm",
-            "cancel-late cold")
-    print(f"{'shape':<12}" + "".join(f"{h:>18}" for h in head))
-    for name, steps in shapes().items():
-        frontier, cancel = snapshots(name, steps)
-        late = late_cancel_snapshot(name, steps, N - 8)
-        cells = [median_ms(lambda f=fn, s=snap: f(s), args.repeat, cold)
-                 for fn, snap in ((resolve_frontier, frontier), (resolve_cancellation, cancel),
-                                  (resolve_cancellation, late))
-                 for cold in (False, True)]
-        print(f"{name:<12}" + "".join(f"{c:>18.3f}" for c in cells))
+    wanted = args.shapes.split(",")
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"seed {SEED}; ms per request over {args.repeat} requests, {N}-step plans; "
+          f"load average {load} on {os.cpu_count()} CPUs")
+    print("cold = object keys shuffled per request (every request a new text: no cache hit); warm = one text "
+          "repeated (memo hits)")
+    print("frontier: run admitted, roots ready; cancel-all: intent right after admission, 128 StepRun mutations")
+    print("in-process = consult + canonical answer (inputs parsed beforehand);\n"
+          "batch = one `qlwf oracle batch` subprocess, line in, line out")
+    print("each case: the median, then the minimum (the sample least disturbed by other load on the machine)")
+    cols = ("in-proc cold", "in-proc warm", "cold/warm", "batch cold", "batch warm", "cold/warm", "batch/in-proc")
+    print(f"{'case':<28}" + "".join(f"{c:>14}" for c in cols))
+    rng = random.Random(SEED)
+    batch = Batch()
+    try:
+        for name, steps in shapes().items():
+            if name not in wanted:
+                continue
+            frontier, cancel = snapshots(name, steps)
+            for fn, label, snap in (("frontier", "frontier", frontier), ("cancel", "cancel-all", cancel)):
+                expected = consult(fn, snap).resolution
+                warmup, *cold_inputs = variants(snap, args.repeat + 1, rng)
+                consult(fn, warmup)
+                # Parsed from text like a request (fresh strings, not the snapshot's own objects); untimed.
+                parsed = [json.loads(json.dumps(v)) for v in cold_inputs]
+                ip_cold, cold_answers = in_process(fn, parsed, expected)
+                ip_warm, warm_answers = in_process(fn, [snap] * args.repeat, expected)
+                cold_lines = [json.dumps({"fn": fn, "input": v}, ensure_ascii=False) + "\n" for v in cold_inputs]
+                warmup_line = json.dumps({"fn": fn, "input": warmup}, ensure_ascii=False) + "\n"
+                b_cold = through_batch(batch, warmup_line, cold_lines, cold_answers)
+                warm_line = json.dumps({"fn": fn, "input": snap}, ensure_ascii=False) + "\n"
+                b_warm = through_batch(batch, warm_line, [warm_line] * args.repeat, warm_answers)
+                for stat in (statistics.median, min):
+                    a, b, c, d = (stat(x) * 1000 for x in (ip_cold, ip_warm, b_cold, b_warm))
+                    cells = (a, b, a / b, c, d, c / d, c / a)
+                    case = f"{name} {label} {stat.__name__}"
+                    print(f"{case:<28}" + "".join(f"{x:>14.3f}" for x in cells), flush=True)
+    finally:
+        batch.close()
 
 
 if __name__ == "__main__":

@@ -129,8 +129,8 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
     steps.sort(key=lambda s: (s["stepKey"], s["id"]))
     steps_by_id: dict[str, Record] = {}
     for s in steps:
-        fail.check(s["runId"] == run["id"] and s["id"] not in steps_by_id and s["updatedAtMs"] <= observed,
-                   f"StepRun {s['id']} is foreign, duplicated or updated after observedAtMs")
+        if not (s["runId"] == run["id"] and s["id"] not in steps_by_id and s["updatedAtMs"] <= observed):
+            fail(f"StepRun {s['id']} is foreign, duplicated or updated after observedAtMs")
         steps_by_id[s["id"]] = s
     entries = [_check_entry(i, e, run, steps_by_id) for i, e in enumerate(raw_active)]
     entries.sort(key=lambda e: e["attempt"]["id"])

@@ -47,23 +47,26 @@ def _check_step_runs(step_runs: Any, plan: Record, observed: int) -> dict[str, R
                "stepRuns must list exactly one StepRun per plan step")
     by_key = {s["stepKey"]: s for s in plan["steps"]}
     out: dict[str, Record] = {}
+    run_id = plan["runId"]
+    # Messages are formatted only on failure (this loop runs once per StepRun of every resolution).
     for i, raw in enumerate(step_runs):
         try:
             s = shared_step_run(raw)
         except QlwfError as e:
             fail(f"stepRuns[{i}] does not normalize: {e.message}")
         p = by_key.get(s["stepKey"])
-        fail.check(p is not None and s["stepKey"] not in out, f"stepRuns[{i}] matches no unmatched plan step")
-        assert p is not None
-        fail.check(
-            s["id"] == p["stepRunId"] and s["runId"] == plan["runId"] and s["parentStepRunId"] is None
+        if p is None or s["stepKey"] in out:
+            fail(f"stepRuns[{i}] matches no unmatched plan step")
+        if not (
+            s["id"] == p["stepRunId"] and s["runId"] == run_id and s["parentStepRunId"] is None
             and s["kind"] == "task" and s["definitionRef"] == p["taskDefinitionRef"]
-            and s["definitionDigest"] == p["taskDefinitionDigest"] and s["required"] is True,
-            f"stepRuns[{i}] does not match its plan step",
-        )
+            and s["definitionDigest"] == p["taskDefinitionDigest"] and s["required"] is True
+        ):
+            fail(f"stepRuns[{i}] does not match its plan step")
         out[s["stepKey"]] = s
     for s in out.values():
-        fail.check(observed >= s["updatedAtMs"], f"observedAtMs precedes StepRun {s['id']} updatedAtMs")
+        if not observed >= s["updatedAtMs"]:
+            fail(f"observedAtMs precedes StepRun {s['id']} updatedAtMs")
     return out
 
 

@@ -1,65 +1,131 @@
 """Exact-input memoization of normalizers for the pure resolvers' internal use.
 
 A resolution normalizes every record it reads; callers such as the frontier cadence ask about the
-same plan and mostly unchanged StepRuns again and again. The cache key is the canonical JSON text of
-the raw input, which distinguishes 1 from 1.0 and true and reflects key order, so a hit returns
-exactly what normalization of that input returned (or re-raises nothing: failures are not cached).
-Cached records are shared: only model-internal callers that never mutate records use this; the
-public normalizers always build fresh objects.
+same plan and mostly unchanged StepRuns again and again. The cache key is exact: a hit returns what
+normalization of that very input returned (failures are not cached). Cached records are shared:
+only model-internal callers that never mutate records use this; the public normalizers always build
+fresh objects.
+
+The memo is process-global and used from the PostgreSQL adapter's worker threads, so the
+OrderedDict operations hold a lock; normalization runs outside it (two threads missing on the same
+key both normalize, and both results are equal). It is bounded by entry count and by key size, and
+an input it cannot key (not plain JSON, a float that JSON cannot carry, a lone surrogate, an
+oversized text) bypasses it: the normalizer itself then reports its typed error.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from .canonical import canonical_text
+from .canonical import canonical_json, plain_canonical_json
 
 Normalizer = Callable[[Any], dict[str, Any]]
 
-
-_SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
+_FLAT_VALUE_TYPES = _SCALAR_TYPES - {float}
+_STR_ONLY = frozenset((str,))
+# Larger inputs are normalized every time instead of pinning their text (a plan is at most 262144 bytes).
+MAX_KEY_CHARS = 1 << 19  # bytes of key text
 
 
 def is_plain_json(x: Any) -> bool:
     """True when x is built only from dict (str keys), list, str, int, float, bool and None, exactly."""
+    t = type(x)
+    if t is not dict and t is not list:
+        return t in _SCALAR_TYPES
     stack = [x]
-    while stack:
+    push = stack.append
+    while stack:  # only containers are pushed: scalars are checked where they are met
         node = stack.pop()
-        t = type(node)
-        if t is dict:
-            if any(type(k) is not str for k in node):
+        if type(node) is dict:
+            if not _STR_ONLY.issuperset(map(type, node)):
                 return False
-            stack.extend(node.values())
-        elif t is list:
-            stack.extend(node)
-        elif t not in _SCALARS:
-            return False
+            values: Any = node.values()
+        else:
+            values = node
+        for v in values:
+            tv = type(v)
+            if tv is dict or tv is list:
+                push(v)
+            elif tv not in _SCALAR_TYPES:
+                return False
     return True
 
 
+def text_key(x: Any) -> Hashable | None:
+    """The JSON text of a plain JSON value as bytes, or None when it has none (or is oversized).
+
+    The text distinguishes 1 from 1.0 and true and reflects key order, so equal keys mean equal
+    inputs: it is the fast encoder's text (canonical, except that floats are written another way),
+    and either encoder's text parses back to exactly the value it was written from (a float always
+    with `.` or `e`) - save NaN and infinities, which orjson writes as `null`. So a text with `null`
+    in it is replaced by the reference text, which raises for those.
+    """
+    if not is_plain_json(x):
+        return None
+    try:
+        key = plain_canonical_json(x)
+        if b"null" in key:
+            key = canonical_json(x)
+    except (ValueError, RecursionError):  # NaN/infinity, a lone surrogate, an int too long to print, depth
+        return None
+    return key if len(key) <= MAX_KEY_CHARS else None
+
+
+def flat_key(x: Any) -> Hashable | None:
+    """An exact key for a flat JSON object (scalar values only, such as a StepRun), or None.
+
+    Its canonical JSON text: for str keys and str/int/bool/None values (exact types, no floats) the
+    fast encoder writes exactly canonical_json, which tells 1 from true and reflects key order. A
+    float, a subclass, an integer beyond 64 bits or a lone surrogate yields None (no memo). Size:
+    only keys of successful normalizations are kept, bounded by the normalizer's own size limit
+    (16384 bytes for a StepRun).
+    """
+    if type(x) is not dict or not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values()))
+                                   and _STR_ONLY.issuperset(map(type, x))):
+        return None
+    try:
+        return plain_canonical_json(x)
+    except ValueError:  # a lone surrogate (the reference encoder refuses it too)
+        return None
+
+
 class ExactMemo:
-    def __init__(self, fn: Normalizer, size: int) -> None:
+    """A bounded, thread-safe LRU of `fn` keyed by `key` (text_key unless told otherwise)."""
+
+    def __init__(self, fn: Normalizer, size: int, key: Callable[[Any], Hashable | None] = text_key) -> None:
         self.fn = fn
         self.size = size
-        self.entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.key = key
+        self.entries: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __call__(self, x: Any) -> dict[str, Any]:
         # Only plain JSON values are keyed: the JSON text alone would confuse a tuple with a list or
         # a dict subclass with a dict, which the normalizers must reject.
-        if not is_plain_json(x):
+        key = self.key(x)
+        if key is None:
             return self.fn(x)
-        key = canonical_text(x)
-        hit = self.entries.get(key)
-        if hit is not None:
-            self.entries.move_to_end(key)
-            return hit
+        with self._lock:
+            hit = self.entries.get(key)
+            if hit is not None:
+                self.entries.move_to_end(key)
+                return hit
         value = self.fn(x)
-        self.entries[key] = value
-        if len(self.entries) > self.size:
-            self.entries.popitem(last=False)
+        with self._lock:
+            # A key another thread stored meanwhile keeps its place: the bound holds either way.
+            self.entries[key] = value
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
         return value
 
+    def __len__(self) -> int:
+        with self._lock:  # never observe the moment between an insertion and its eviction
+            return len(self.entries)
+
     def clear(self) -> None:
-        self.entries.clear()
+        with self._lock:
+            self.entries.clear()

@@ -8,16 +8,19 @@ key order. Failures raise the normalizer's typed Invalid error.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any, NoReturn
 
 import networkx as nx
 
 from . import tables as T
-from .canonical import canonical_json, digest_bytes, json_digest
+from .canonical import canonical_json, digest_bytes, json_digest, plain_canonical_json
 from .errors import Invalid
 from .values import (
     INT31_MAX,
+    SAFE_INT_MAX,
     is_array,
     is_bool,
     is_bounded_string,
@@ -64,7 +67,15 @@ TASK_RECEIPT_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "receipt_
 BINDING_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "argument_invalid")
 
 
+@cache
+def _keyset(keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(keys)
+
+
 def exact_keys(x: Any, required: tuple[str, ...], optional: tuple[str, ...], fail: Failer, what: str) -> None:
+    if type(x) is dict and (x.keys() == _keyset(required) if not optional
+                            else _keyset(required) <= x.keys() <= _keyset(required + optional)):
+        return  # the common case, decided without building the messages' lists
     fail.check(is_object(x), f"{what} must be an object")
     keys = set(x)
     missing = [k for k in required if k not in keys]
@@ -111,6 +122,26 @@ def plan_digest(unsigned_plan: Record) -> str:
     return json_digest(T.DOMAIN_PLAN, unsigned_plan)
 
 
+def _is_acyclic(steps: list[Record]) -> bool:
+    """Kahn's algorithm over need → dependent edges; every need is a known step key."""
+    indeg = {s["stepKey"]: len(s["needs"]) for s in steps}
+    dependents: dict[str, list[str]] = {k: [] for k in indeg}
+    for s in steps:
+        for need in s["needs"]:
+            dependents[need].append(s["stepKey"])
+    order = [k for k, n in indeg.items() if n == 0]
+    for k in order:
+        for dep in dependents[k]:
+            indeg[dep] -= 1
+            if indeg[dep] == 0:
+                order.append(dep)
+    return len(order) == len(indeg)
+
+
+# `,"planDigest":"<64 hex>"` appended to the unsigned plan's text (the closing brace moves after it).
+_PLAN_DIGEST_MEMBER_BYTES = len(',"planDigest":""') + 64
+
+
 def dependency_graph(steps: list[Record]) -> nx.DiGraph:
     """need → dependent edges over step keys."""
     g = nx.DiGraph()
@@ -132,46 +163,61 @@ def normalize_plan(x: Any) -> Record:
     fail.check(is_array(steps_in) and 1 <= len(steps_in) <= T.MAX_WORKFLOW_STEPS,
                "plan steps must be an array of 1..128 steps")
     steps: list[Record] = []
+    # `if not ...: fail(f"...")` rather than fail.check(..., f"..."): the messages are built only on failure.
+    mrd = target["materializedRevisionDigest"]
     for i, step in enumerate(steps_in):
-        where = f"plan step {i}"
-        exact_keys(step, PLAN_STEP_KEYS, (), fail, where)
-        fail.check(step["initialStatus"] in ("ready", "pending") and step["required"] is True,
-                   f"{where} initialStatus/required invalid")
+        exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
+        if not (step["initialStatus"] in ("ready", "pending") and step["required"] is True):
+            fail(f"plan step {i} initialStatus/required invalid")
         key = step["stepKey"]
-        fail.check(is_resource_id(key), f"{where} stepKey invalid")
-        fail.check(is_resource_id(step["taskId"]), f"{where} taskId invalid")
+        if not is_resource_id(key):
+            fail(f"plan step {i} stepKey invalid")
+        if not is_resource_id(step["taskId"]):
+            fail(f"plan step {i} taskId invalid")
         needs = step["needs"]
-        fail.check(is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS, f"{where} needs must be an array")
+        if not (is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS):
+            fail(f"plan step {i} needs must be an array")
         for j, need in enumerate(needs):
-            fail.check(is_resource_id(need), f"{where} need {j} invalid")
-            fail.check(need != key, f"{where} needs itself")
-            fail.check(j == 0 or needs[j - 1] < need, f"{where} needs not strictly ascending")
-        fail.check((step["initialStatus"] == "ready") == (not needs),
-                   f"{where} initialStatus must be ready iff needs is empty")
-        fail.check(step["taskDefinitionRef"] == task_definition_ref(target["materializedRevisionDigest"],
-                                                                     step["taskId"]),
-                   f"{where} taskDefinitionRef mismatch")
-        fail.check(is_identifier(step["stepRunId"]), f"{where} stepRunId invalid")
-        fail.check(is_digest(step["taskDefinitionDigest"]), f"{where} taskDefinitionDigest invalid")
-        steps.append({**canonical(step, PLAN_STEP_KEYS), "needs": list(needs)})
+            if not is_resource_id(need):
+                fail(f"plan step {i} need {j} invalid")
+            if need == key:
+                fail(f"plan step {i} needs itself")
+            if not (j == 0 or needs[j - 1] < need):
+                fail(f"plan step {i} needs not strictly ascending")
+        if (step["initialStatus"] == "ready") != (not needs):
+            fail(f"plan step {i} initialStatus must be ready iff needs is empty")
+        if not step["taskDefinitionRef"] == task_definition_ref(mrd, step["taskId"]):  # noqa: SIM201 - as before
+            fail(f"plan step {i} taskDefinitionRef mismatch")
+        if not is_identifier(step["stepRunId"]):
+            fail(f"plan step {i} stepRunId invalid")
+        if not is_digest(step["taskDefinitionDigest"]):
+            fail(f"plan step {i} taskDefinitionDigest invalid")
+        copy = {k: step[k] for k in PLAN_STEP_KEYS}  # every key is present (exact_keys)
+        copy["needs"] = list(needs)
+        steps.append(copy)
     steps.sort(key=lambda s: s["stepKey"])
     for a, b in itertools.pairwise(steps):
-        fail.check(a["stepKey"] != b["stepKey"], f"duplicate stepKey {a['stepKey']}")
+        if a["stepKey"] == b["stepKey"]:
+            fail(f"duplicate stepKey {a['stepKey']}")
     fail.check(len({s["stepRunId"] for s in steps}) == len(steps), "duplicate stepRunId")
     keys = {s["stepKey"] for s in steps}
     for s in steps:
         for need in s["needs"]:
-            fail.check(need in keys, f"step {s['stepKey']} needs unknown step {need}")
-    fail.check(nx.is_directed_acyclic_graph(dependency_graph(steps)), "dependency graph is cyclic")
+            if need not in keys:
+                fail(f"step {s['stepKey']} needs unknown step {need}")
+    fail.check(_is_acyclic(steps), "dependency graph is cyclic")
     fail.check(is_identifier(x["planId"]), "planId invalid")
     fail.check(is_portable_id(x["runId"]), "runId invalid")
     fail.check(is_timestamp(x["plannedAtMs"]), "plannedAtMs invalid")
     unsigned = {"schema": T.SCHEMA_PLAN, "planId": x["planId"], "runId": x["runId"], "target": target,
                 "steps": steps, "plannedAtMs": x["plannedAtMs"]}
     fail.check(is_digest(x["planDigest"]), "planDigest invalid")
-    fail.check(x["planDigest"] == plan_digest(unsigned), "planDigest mismatch")
+    # Every value is validated (no floats), so the fast encoder is exact; one encoding serves the
+    # digest and the size of the signed plan.
+    body = plain_canonical_json(unsigned)
+    fail.check(x["planDigest"] == digest_bytes(T.DOMAIN_PLAN, body), "planDigest mismatch")
     plan = {**unsigned, "planDigest": x["planDigest"]}
-    fail.check(len(canonical_json(plan)) <= T.MAX_PLAN_BYTES, "plan exceeds 262144 bytes")
+    fail.check(len(body) + _PLAN_DIGEST_MEMBER_BYTES <= T.MAX_PLAN_BYTES, "plan exceeds 262144 bytes")
     return plan
 
 
@@ -227,6 +273,53 @@ _STEP_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("stepRunDigest", is_digest),
 )
 
+
+
+_IDENT_128 = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII).fullmatch  # is_identifier's
+_HEX_64 = re.compile(r"[0-9a-f]{64}", re.ASCII).fullmatch  # is_digest's
+
+
+def _ident(v: Any) -> bool:
+    return type(v) is str and _IDENT_128(v) is not None
+
+
+def _ts(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= SAFE_INT_MAX
+
+
+_PRINTABLE_512 = re.compile(r"[\x20-\x7e]{1,512}", re.ASCII).fullmatch  # an ASCII REFERENCE_TEXT
+_PRINTABLE_2048 = re.compile(r"[\x20-\x7e]{1,2048}", re.ASCII).fullmatch  # an ASCII SUMMARY_TEXT
+
+
+def _ref(v: Any) -> bool:
+    """is_reference_text, without encoding the usual printable ASCII text to count its bytes."""
+    return type(v) is str and (_PRINTABLE_512(v) is not None or is_reference_text(v))
+
+
+def _step_fields_ok(x: Record) -> bool:
+    """True only if every rule of _STEP_RULES holds (the same predicates, some inlined, in their
+    order, so the same exceptions if any); a False runs the rule loop to name the first failing key."""
+    ref = _ref
+    return (
+        x["schema"] == T.SCHEMA_STEP_RUN and _ident(x["id"]) and _ident(x["runId"])
+        and (x["parentStepRunId"] is None or _ident(x["parentStepRunId"])) and _ident(x["stepKey"])
+        and x["kind"] in T.STEP_KINDS and ref(x["definitionRef"])
+        and type(x["definitionDigest"]) is str and _HEX_64(x["definitionDigest"]) is not None
+        and type(x["required"]) is bool and x["status"] in T.STEP_STATUSES
+        and type(x["version"]) is int and 1 <= x["version"] <= INT31_MAX
+        and type(x["attemptCount"]) is int and 0 <= x["attemptCount"] <= T.MAX_STEP_RUN_ATTEMPTS
+        and (x["inputRef"] is None or ref(x["inputRef"])) and (x["outputRef"] is None or ref(x["outputRef"]))
+        and (x["approvalRequestId"] is None or _ident(x["approvalRequestId"]))
+        and (x["readyAtMs"] is None or _ts(x["readyAtMs"])) and (x["startedAtMs"] is None or _ts(x["startedAtMs"]))
+        and (x["finishedAtMs"] is None or _ts(x["finishedAtMs"]))
+        and (x["resultCode"] is None or is_result_code(x["resultCode"]))
+        and (x["errorSummary"] is None or (type(x["errorSummary"]) is str and _PRINTABLE_2048(x["errorSummary"])
+                                           is not None) or is_summary_text(x["errorSummary"]))
+        and _ts(x["createdAtMs"]) and _ts(x["updatedAtMs"]) and _ident(x["lastMutationId"])
+        and type(x["stepRunDigest"]) is str and _HEX_64(x["stepRunDigest"]) is not None
+    )
+
+
 _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
     "pending": (False, False, False),
     "ready": (True, False, False),
@@ -239,6 +332,10 @@ _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finis
 
 def _step_body_bytes(step_run: Record) -> bytes:
     return canonical_json({k: step_run[k] for k in STEP_RUN_KEYS[:-1]})
+
+
+# `,"stepRunDigest":"<64 hex>"}`: what the full record's text has after the body's last member.
+_STEP_DIGEST_TAIL_BYTES = len(',"stepRunDigest":""}') + 64
 
 
 def step_run_digest(step_run: Record) -> str:
@@ -296,16 +393,21 @@ STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
     if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
         exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
-    for key, rule in _STEP_RULES:
-        if not rule(x[key]):
-            fail(f"StepRun {key} is invalid")
-    s = {k: x[k] for k in STEP_RUN_KEYS}
+    if not _step_fields_ok(x):
+        for key, rule in _STEP_RULES:
+            if not rule(x[key]):
+                fail(f"StepRun {key} is invalid")
+    # A copy in canonical order; a C-level copy when the input already is (as ql3 writes records).
+    s = dict(x) if tuple(x) == STEP_RUN_KEYS else {k: x[k] for k in STEP_RUN_KEYS}
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
-    body = _step_body_bytes(s)
+    # Validated values only (no floats), so the fast encoder is exact. The record ends with its
+    # 64-hex digest, so the body is the full text without that last member.
+    full = plain_canonical_json(s)
+    body = full[:-_STEP_DIGEST_TAIL_BYTES] + b"}"
     fail.check(digest_bytes(T.DOMAIN_STEP_RUN, body) == s["stepRunDigest"], f"StepRun {s['id']} digest mismatch")
-    fail.check(_step_json_size(body) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
+    fail.check(len(full) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     return s
 
 
@@ -319,14 +421,24 @@ def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, 
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
     invariants and size are checked; types hold by construction. Returns the record and its full
     canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again."""
-    body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
-    problem = step_run_invariant_violation(body)
-    if problem:
-        fail(f"StepRun {s['id']}: {problem}")
-    raw = canonical_json(body)
+    if tuple(s) == STEP_RUN_KEYS and type(s["stepRunDigest"]) is str and _HEX_64(s["stepRunDigest"]) is not None:
+        # A transition's copy of a normalized record: canonical order, ending with the previous
+        # 64-hex digest, so the body is its text without that member, and the copy keeps the order.
+        problem = step_run_invariant_violation(s)
+        if problem:
+            fail(f"StepRun {s['id']}: {problem}")
+        raw = plain_canonical_json(s)[:-_STEP_DIGEST_TAIL_BYTES] + b"}"  # validated values: no floats
+        sealed = dict(s)
+    else:
+        sealed = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
+        problem = step_run_invariant_violation(sealed)
+        if problem:
+            fail(f"StepRun {s['id']}: {problem}")
+        raw = plain_canonical_json(sealed)  # built from validated values: no floats
     fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     digest = digest_bytes(T.DOMAIN_STEP_RUN, raw)
-    return {**body, "stepRunDigest": digest}, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
+    sealed["stepRunDigest"] = digest
+    return sealed, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
 
 
 def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:
@@ -698,9 +810,9 @@ def actor_problem(actor: Any) -> str | None:
 
 
 # Shared, memoized normalizers for the pure resolvers (see memo.py); never hand these out.
-from .memo import ExactMemo  # noqa: E402 - needs the normalizers above
+from .memo import ExactMemo, flat_key  # noqa: E402 - needs the normalizers above
 
 shared_plan = ExactMemo(normalize_plan, 64)
-shared_step_run = ExactMemo(normalize_step_run, 8192)
+shared_step_run = ExactMemo(normalize_step_run, 8192, key=flat_key)  # a StepRun's values are all scalars
 shared_admission_receipt = ExactMemo(normalize_admission_receipt, 64)
 shared_task_receipt = ExactMemo(normalize_task_receipt, 4096)

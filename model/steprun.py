@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import tables as T
-from .canonical import canonical_json, digest_bytes, json_digest
+from .canonical import digest_bytes, json_digest, plain_canonical_json
 from .errors import Conflict
 from .records import (
     STEP_FAIL,
@@ -72,35 +72,43 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
     exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
+    # `if not ...: fail(...)`: no message is built (and no call made) when a check passes.
     to = command["to"]
-    fail.check(to in T.STEP_STATUSES, "transition target is not a StepRun status")
-    fail.check(is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"]),
-               "expectedVersion/expectedDigest invalid")
+    if to not in T.STEP_STATUSES:
+        fail("transition target is not a StepRun status")
+    if not (is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"])):
+        fail("expectedVersion/expectedDigest invalid")
     if command["expectedVersion"] != cur["version"] or command["expectedDigest"] != cur["stepRunDigest"]:
         raise fence_conflict(f"StepRun {cur['id']} is not at the expected version/digest")
     if to not in T.STEP_TRANSITIONS[cur["status"]]:
         raise state_conflict(f"StepRun {cur['id']} cannot go {cur['status']} -> {to}")
     at = command["atMs"]
-    fail.check(is_timestamp(at) and at >= cur["updatedAtMs"], "transition time precedes updatedAtMs")
-    fail.check(is_identifier(command["mutationId"]), "mutationId invalid")
+    if not (is_timestamp(at) and at >= cur["updatedAtMs"]):
+        fail("transition time precedes updatedAtMs")
+    if not is_identifier(command["mutationId"]):
+        fail("mutationId invalid")
     supplied = {k: command[k] for k in COMMAND_OPTIONAL if k in command}
     for key, value in supplied.items():
-        fail.check(_OPTIONAL_RULES[key](value), f"{key} invalid")
+        if not _OPTIONAL_RULES[key](value):
+            fail(f"{key} invalid")
     approval_ok = to == "waiting_approval" or (to == "running" and cur["status"] == "waiting_approval")
-    fail.check(to != "waiting_approval" or "approvalRequestId" in supplied,
-               "waiting_approval requires approvalRequestId")
-    fail.check(not (to == "running" and cur["status"] == "waiting_approval")
-               or supplied.get("approvalRequestId") == cur["approvalRequestId"],
-               "running from waiting_approval requires the current approvalRequestId")
-    fail.check(approval_ok or "approvalRequestId" not in supplied, "approvalRequestId not allowed here")
-    fail.check(to == "succeeded" or "outputRef" not in supplied, "outputRef allowed only when succeeded")
-    fail.check(("resultCode" in supplied) == (to in T.STEP_RESULT_CODE_REQUIRED),
-               "resultCode required exactly for failed/skipped/cancelled/timed_out/lost")
-    fail.check(to in T.STEP_ERROR_SUMMARY_ALLOWED or "errorSummary" not in supplied,
-               "errorSummary allowed only for failed/timed_out/lost")
+    if not (to != "waiting_approval" or "approvalRequestId" in supplied):
+        fail("waiting_approval requires approvalRequestId")
+    if (to == "running" and cur["status"] == "waiting_approval"
+            and not supplied.get("approvalRequestId") == cur["approvalRequestId"]):  # noqa: SIM201 - as before
+        fail("running from waiting_approval requires the current approvalRequestId")
+    if not (approval_ok or "approvalRequestId" not in supplied):
+        fail("approvalRequestId not allowed here")
+    if not (to == "succeeded" or "outputRef" not in supplied):
+        fail("outputRef allowed only when succeeded")
+    if ("resultCode" in supplied) != (to in T.STEP_RESULT_CODE_REQUIRED):
+        fail("resultCode required exactly for failed/skipped/cancelled/timed_out/lost")
+    if not (to in T.STEP_ERROR_SUMMARY_ALLOWED or "errorSummary" not in supplied):
+        fail("errorSummary allowed only for failed/timed_out/lost")
     if to == "running" and cur["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
         raise state_conflict(f"StepRun {cur['id']} has exhausted its attempts")
-    fail.check(cur["version"] < INT31_MAX, "StepRun version would overflow")
+    if not cur["version"] < INT31_MAX:
+        fail("StepRun version would overflow")
 
     nxt = dict(cur)
     nxt["outputRef"] = None
@@ -135,8 +143,21 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     return sealed_step_run_bytes(nxt)
 
 
+def _context_ok(c: Any) -> bool:
+    """True only if _check_context passes (same tests, short-circuited, no messages)."""
+    return (type(c) is dict and c.keys() == _CONTEXT_KEYSET
+            and is_int31(c["expectedRunVersion"]) and is_int31(c["expectedRunEventSequence"])
+            and c["expectedRunVersion"] < INT31_MAX and c["expectedRunEventSequence"] < INT31_MAX
+            and is_identifier(c["eventId"]) and is_identifier(c["dedupeKey"]) and actor_problem(c["actor"]) is None)
+
+
+_CONTEXT_KEYSET = frozenset(CONTEXT_KEYS)
+
+
 def _check_context(context: Any) -> Record:
     """records.md §6.5 "Mutation context": exactly its keys, counters that leave room for +1, an actor."""
+    if _context_ok(context):
+        return context
     fail = STEP_FAIL
     exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")
     fail.check(is_int31(context["expectedRunVersion"]) and is_int31(context["expectedRunEventSequence"]),
@@ -161,12 +182,15 @@ def mutation_event(step_run: Record, previous_status: str | None, context: Recor
         "from": previous_status, "to": step_run["status"], "version": step_run["version"],
         "stepRunDigest": step_run["stepRunDigest"],
     }
-    return make_event(
+    event = make_event(
         event_id=context["eventId"], run_id=step_run["runId"], sequence=context["expectedRunEventSequence"] + 1,
         type_="step.created" if previous_status is None else f"step.{step_run['status']}",
         actor=context["actor"], payload=payload, created_at_ms=step_run["updatedAtMs"],
         step_run_id=step_run["id"],
-    ) | ({"dedupeKey": context["dedupeKey"]} if context["dedupeKey"] != context["eventId"] else {})
+    )
+    if context["dedupeKey"] != context["eventId"]:
+        event["dedupeKey"] = context["dedupeKey"]  # make_event wrote the key already: its place stays
+    return event
 
 
 def _mutation(previous: Record | None, step_run: Record, context: Record, step_bytes: bytes | None = None) -> Record:
@@ -182,15 +206,11 @@ def _mutation(previous: Record | None, step_run: Record, context: Record, step_b
         "stepRun": step_run,
         "event": mutation_event(step_run, None if previous is None else previous["status"], context),
     }
-    m["mutationDigest"] = mutation_digest(m) if step_bytes is None else _spliced_digest(m, step_bytes)
+    # m holds exactly the unsigned mutation, in canonical order. After a transition every value in it
+    # was validated or built by the model (no floats), so the fast encoder is exact for it.
+    m["mutationDigest"] = (mutation_digest(m) if step_bytes is None
+                           else digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, plain_canonical_json(m)))
     return m
-
-
-def _spliced_digest(m: Record, step_bytes: bytes) -> str:
-    """mutation_digest(m) with the already encoded StepRun spliced in (same bytes, one encoding less)."""
-    head = canonical_json({k: m[k] for k in MUTATION_KEYS[:8]})
-    body = head[:-1] + b',"stepRun":' + step_bytes + b',"event":' + canonical_json(m["event"]) + b"}"
-    return digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, body)
 
 
 def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Record:

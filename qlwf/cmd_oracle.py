@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from qlwf.model.canonical import canonical_json
+from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.oracle import FUNCTIONS, ORACLE_REQUEST_INVALID, consult
 
@@ -29,6 +29,7 @@ _DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this lo
 
 # What a terminal or a line-oriented reader could take as a line break or a control sequence.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONG_DIGITS = re.compile(rf"[0-9]{{{_DOUBLE_DIGITS},}}")  # an integer literal that may exceed a double
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 INPUTS = {
@@ -85,10 +86,6 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                            parse_float=_finite_float, parse_int=_bounded_int)
-
-
 def _too_deep(value: Any) -> bool:
     stack = [(value, 1)] if isinstance(value, dict | list) else []
     while stack:
@@ -111,23 +108,72 @@ def decode_utf8(data: bytes) -> str:
         raise _json_invalid(f"input is not valid UTF-8: {e}") from e
 
 
-def parse_json(text: str) -> Any:
-    """Strict RFC 8259 JSON whose value the canonical encoder accepts (records.md §5.1)."""
+def _members_match(text: str, value: Any) -> bool:
+    """True only if `value`, parsed from `text` into plain dicts, lost no repeated key.
+
+    Outside strings a `:` only separates a member's name from its value, and the canonical encoder
+    writes `:` unescaped and nowhere else, so without escaped colons (`\\u003a`) in the text both
+    count members plus the colons inside strings alike; a dropped repeated member makes the value's
+    count smaller. Any doubt (an escaped colon, a value the fast encoder refuses) answers False.
+    """
+    if "\\" in text and ("\\u003a" in text or "\\u003A" in text):
+        return False
     try:
-        value = _DECODER.decode(text)
-    except (ValueError, RecursionError) as e:
-        raise _json_invalid(f"input is not valid JSON: {e}") from e
+        return plain_canonical_json(value).count(b":") == text.count(":")
+    except (ValueError, RecursionError):  # a lone surrogate, or nesting the reference encoder refuses
+        return False
+
+
+def _fast_parse(text: str, floats: list[str]) -> Any | None:
+    """The common case at C speed: no repeated key, no integer literal near a double's range.
+    None means "not sure": the checking decoder then decides, and words the error."""
+    if _LONG_DIGITS.search(text) is not None:
+        return None
+
+    def parse_float(literal: str) -> float:
+        floats.append(literal)
+        return _finite_float(literal)
+
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float)
+    except (ValueError, RecursionError):
+        return None
+    return value if _members_match(text, value) else None
+
+
+def parse_json_floats(text: str) -> tuple[Any, bool]:
+    """parse_json, and whether the text had a float literal (the answer may then hold a float,
+    which only the reference encoder writes canonically)."""
+    floats: list[str] = []
+    value = _fast_parse(text, floats)
+    if value is None:
+        floats.clear()
+
+        def parse_float(literal: str) -> float:
+            floats.append(literal)
+            return _finite_float(literal)
+
+        decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                                   parse_float=parse_float, parse_int=_bounded_int)
+        try:
+            value = decoder.decode(text)
+        except (ValueError, RecursionError) as e:
+            raise _json_invalid(f"input is not valid JSON: {e}") from e
     if _too_deep(value):
         raise _json_invalid(f"input nests deeper than {MAX_DEPTH} arrays/objects")
-    if _SURROGATE_ESCAPE.search(text) is None:
-        return value  # decoded UTF-8 holds no surrogates: only a \uD800-\uDFFF escape can make one
-    try:
-        canonical_json(value)  # a \ud800 escape parses to a lone surrogate, which has no UTF-8 form
-    except UnicodeEncodeError as e:
-        raise _json_invalid(f"input has a lone surrogate {ascii(e.object[e.start:e.end])[1:-1]}") from e
-    except ValueError as e:
-        raise _json_invalid(f"input is not valid JSON: {e}") from e
-    return value
+    if _SURROGATE_ESCAPE.search(text) is not None:  # decoded UTF-8 holds none: only an escape makes one
+        try:
+            canonical_json(value)  # a \ud800 escape parses to a lone surrogate, which has no UTF-8 form
+        except UnicodeEncodeError as e:
+            raise _json_invalid(f"input has a lone surrogate {ascii(e.object[e.start:e.end])[1:-1]}") from e
+        except ValueError as e:
+            raise _json_invalid(f"input is not valid JSON: {e}") from e
+    return value, bool(floats)
+
+
+def parse_json(text: str) -> Any:
+    """Strict RFC 8259 JSON whose value the canonical encoder accepts (records.md §5.1)."""
+    return parse_json_floats(text)[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,51 +193,58 @@ def _internal(reason: str, e: BaseException) -> dict[str, Any]:
     return {"error": {"class": "Unavailable", "code": INTERNAL_ERROR, "message": one_line(f"{reason}: {_describe(e)}")}}
 
 
-def _encode(answer: Any, pretty: bool = False) -> bytes:
+def _encode(answer: Any, pretty: bool = False, floats: bool = True) -> bytes:
+    """`floats`: the answer may hold a float. Without one (the request text had no float literal and
+    the model makes none) the fast encoder writes exactly the canonical bytes."""
     if pretty:
         return json.dumps(answer, ensure_ascii=False, indent=2, allow_nan=False).encode("utf-8") + b"\n"
-    return canonical_json(answer) + b"\n"
+    return (canonical_json(answer) if floats else plain_canonical_json(answer)) + b"\n"
 
 
-def encode_answer(answer: Any) -> bytes:
+def encode_answer(answer: Any, floats: bool = True) -> bytes:
     """One batch answer as a UTF-8 line; output the encoder refuses becomes an internal-error answer."""
     try:
-        return _encode(answer)
+        return _encode(answer, floats=floats)
     except Exception as e:  # a model bug (its output is not JSON); the answer must still be one valid line
         return _encode(_internal("answer_unencodable", e))
 
 
-def parse_request(text: str) -> tuple[str, Any]:
-    """A batch line → (fn, input); every malformed line is Invalid."""
+def parse_request(text: str) -> tuple[str, Any, bool]:
+    """A batch line → (fn, input, had a float literal); every malformed line is Invalid."""
     if not text.strip(_JSON_WS):
         raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'blank line: a request is exactly {"fn", "input"}')
-    request = parse_json(text)
+    request, floats = parse_json_floats(text)
     if not isinstance(request, dict) or set(request) != {"fn", "input"}:
         raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'a request is exactly {"fn", "input"}')
     fn = request["fn"]
     if not isinstance(fn, str):
         raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", f"fn must be a string, not {type(fn).__name__}")
-    return fn, request["input"]
+    return fn, request["input"], floats
+
+
+def _answer(line: str) -> tuple[dict[str, Any], bool]:
+    """answer_line, and whether the answer may hold a float (only when the request text had one)."""
+    try:
+        fn, inp, floats = parse_request(line)
+        return {"ok": consult(fn, inp).resolution}, floats
+    except QlwfError as e:
+        return _error(e), False
+    except Exception as e:  # a bug in the model; answered, so that it cannot cost the other lines
+        return _internal("internal_error", e), False
 
 
 def answer_line(line: str) -> dict[str, Any]:
     """One batch request → {"ok": resolution} or {"error": {class, code, message}}."""
-    try:
-        fn, inp = parse_request(line)
-        return {"ok": consult(fn, inp).resolution}
-    except QlwfError as e:
-        return _error(e)
-    except Exception as e:  # a bug in the model; answered, so that it cannot cost the other lines
-        return _internal("internal_error", e)
+    return _answer(line)[0]
 
 
 def answer_bytes(raw: bytes) -> bytes:
     """One raw batch line (with or without its newline) → one encoded answer line."""
     try:
-        answer = answer_line(decode_utf8(raw))
+        answer, floats = _answer(decode_utf8(raw))
     except QlwfError as e:
-        answer = _error(e)
-    return encode_answer(answer)
+        answer, floats = _error(e), False
+    return encode_answer(answer, floats)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,10 +278,11 @@ def _read(path: str) -> str:
 
 def run_single(args: argparse.Namespace) -> int:
     try:
-        answer = consult(args.fn, parse_json(_read(args.file)))
+        inp, floats = parse_json_floats(_read(args.file))
+        answer = consult(args.fn, inp)
         body = {"resolution": answer.resolution, "explanation": answer.explanation} if args.explain \
             else answer.resolution
-        data = _encode(body, args.pretty)  # inside the handler: unencodable output is an internal error
+        data = _encode(body, args.pretty, floats)  # inside the handler: unencodable output is an internal error
     except QlwfError as e:
         return _fail(EXIT_INPUT, f"{e.error_class} {e.code} {e.reason}: {e.message}")
     except Exception as e:
