@@ -368,12 +368,17 @@ def test_the_answer_writer_never_raises_on_model_output(bad: Any) -> None:
 
 
 @pytest.mark.parametrize("bad", UNENCODABLE[:3], ids=UNENCODABLE_IDS[:3])
-def test_unencodable_model_output_is_an_answer_or_exit_70(bad: Any, monkeypatch: pytest.MonkeyPatch,
+def test_unencodable_model_output_is_an_answer_or_exit_70(bad: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # Requests with a float literal: their answers go through the reference encoder, which refuses
+    # what is not JSON. (A float-free request's answer holds no float — the model computes none —
+    # and is written by the fast encoder; tests/test_oracle_fuzz.py compares those bytes.)
     monkeypatch.setattr(cmd_oracle, "consult", lambda fn, inp: Answer({"echo": bad}, {}))
-    error = json.loads(cmd_oracle.answer_bytes(request_line("frontier", {})))["error"]
+    error = json.loads(cmd_oracle.answer_bytes(request_line("frontier", {"weight": 0.5})))["error"]
     assert error["code"] == "QLWF_ORACLE_INTERNAL_ERROR"
-    args = argparse.Namespace(fn="frontier", file=str(EXAMPLES / SNAPSHOTS["frontier"]), explain=False, pretty=False)
+    snapshot = json.loads((EXAMPLES / SNAPSHOTS["frontier"]).read_text()) | {"weight": 0.5}
+    (tmp_path / "s.json").write_text(json.dumps(snapshot))
+    args = argparse.Namespace(fn="frontier", file=str(tmp_path / "s.json"), explain=False, pretty=False)
     assert cmd_oracle.run_single(args) == cmd_oracle.EXIT_INTERNAL
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "internal error" in captured.err
