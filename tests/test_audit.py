@@ -23,7 +23,7 @@ from qlwf.conformance.lockstep import run_lockstep
 from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
 from qlwf.impl.postgres.conformance import PostgresBackend
-from qlwf.impl.postgres.server import PgServer
+from qlwf.impl.postgres.server import PgServer, unique_database_name
 from qlwf.impl.readonly import UnreadableDatabase
 from qlwf.impl.sqlite import readonly as sqlite_readonly
 from qlwf.impl.sqlite.adapter import SqliteAdapter
@@ -155,6 +155,10 @@ _PG_TABLES = {"Runs": "ql3.runs", "RunEvents": "ql3.run_events", "StepRuns": "ql
               "RunDispatchLeases": "ql3.run_dispatch_leases"}
 
 
+def _pg(sql: str) -> str:
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
 class PgStore(Store):
     dialect = "postgres"
     json_param = "?::jsonb"
@@ -168,7 +172,7 @@ class PgStore(Store):
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn) as conn:
-            return conn.execute(sql.replace("?", "%s"), params).fetchall()
+            return conn.execute(_pg(sql), params).fetchall()
 
     def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
         with psycopg.connect(self.dsn) as conn, conn.transaction():
@@ -183,7 +187,7 @@ class PgStore(Store):
                     conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
                 self.backend.database.mark_checks_invalidated()
             for sql, params in statements:
-                assert conn.execute(sql.replace("?", "%s"), params).rowcount >= 1, sql
+                assert conn.execute(_pg(sql), params).rowcount >= 1, sql
             for name, definition in checks:
                 conn.execute(f'ALTER TABLE {self.table(bypass_checks_on or "")} ADD CONSTRAINT "{name}" '
                              f'{definition.removesuffix(" NOT VALID")} NOT VALID')
@@ -408,9 +412,7 @@ def test_the_postgres_audit_reads_in_a_read_only_transaction(pg_backend: Postgre
 @pytest.mark.postgres
 def test_a_postgres_database_without_the_ql3_layout_is_exit_2(pg_server: PgServer,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from qlwf.impl.postgres.server import unique_database_name
-
-    name = unique_database_name("qlwf_audit_empty")
+    name = unique_database_name("qlwf_auditempty")
     dsn = pg_server.create_database(name)
     try:
         with pytest.raises(UnreadableDatabase, match="not a qlwf/ql3"):
