@@ -129,8 +129,18 @@ def audit_run(part: Snapshot) -> RunAudit:
     """Every finding of one Run (a snapshot holding exactly one Run), the first illegal step first."""
     run = part["runs"][0]
     walk = _Walk(run, part)
-    findings = [*walk.run(), *_run_row(run, part["events"]), *_stored_step_runs(part, walk.replayed),
-                *_records(part), *_digests(part), *_identifiers(part), *_invariants(part)]
+    stages: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
+        ("log", walk.run), ("Run row", lambda: _run_row(run, part["events"])),
+        ("StepRuns", lambda: _stored_step_runs(part, walk.replayed)), ("records", lambda: _records(part)),
+        ("digests", lambda: _digests(part)), ("identifiers", lambda: _identifiers(part)),
+        ("invariants", lambda: _invariants(part)),
+    ]
+    findings: list[Finding] = []
+    for name, stage in stages:
+        try:
+            findings.extend(stage())
+        except Exception as e:  # a row too malformed for a check is a finding of this Run, not a crash of the audit
+            findings.append(Finding(run["id"], name, "record", f"malformed stored data: {type(e).__name__}: {e}"))
     return RunAudit(run["id"], len(part["events"]), tuple(findings))
 
 
@@ -158,7 +168,7 @@ class _Walk:
                 gap_reported = True
                 yield self.finding(f"event {i + 1}", "INV-2",
                                    f"sequence {i + 1} is missing: the next stored event has sequence {e['sequence']}")
-            version = e["payload"].get("version")
+            version = e["payload"].get("version") if isinstance(e["payload"], dict) else None
             if not e["type"].startswith("step.") and version is not None and version != e["sequence"]:
                 yield self.finding(where, "INV-1", f"{e['type']} records Run version {version} at sequence "
                                    f"{e['sequence']}")

@@ -152,7 +152,7 @@ class SqliteStore(Store):
 
 
 _PG_TABLES = {"Runs": "ql3.runs", "RunEvents": "ql3.run_events", "StepRuns": "ql3.step_runs",
-              "RunDispatchLeases": "ql3.run_dispatch_leases"}
+              "RunDispatchLeases": "ql3.run_dispatch_leases", "StepRunMutations": "ql3.step_run_mutations"}
 
 
 def _pg(sql: str) -> str:
@@ -267,9 +267,18 @@ def expire_a_lease_before_its_renewal(store: Store, snapshot: Callable[[], dict[
     return Expected(lease["runId"], f"lease {lease['attemptId']}", "INV-26")
 
 
+def break_a_ledger_post_image(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """A ledger entry's post-image is not even an object (checks bypassed): the audit reports the step, it
+    does not crash on the row."""
+    entry = max((m for m in snapshot()["mutations"] if m["runId"] == TARGET_RUN), key=lambda m: m["eventSequence"])
+    store.write([(f"UPDATE {store.table('StepRunMutations')} SET step_run_json = {store.json_param} "
+                  "WHERE mutation_id = ?", ("[]", entry["mutationId"]))], bypass_checks_on="StepRunMutations")
+    return Expected(TARGET_RUN, f"event {entry['eventSequence']}", "INV-8")
+
+
 CORRUPTIONS: list[Corruption] = [swap_two_step_events, skip_a_sequence, forge_a_terminal, edit_a_step_run_digest,
                                  edit_a_step_run_without_its_ledger, decrement_a_lease_version,
-                                 expire_a_lease_before_its_renewal]
+                                 expire_a_lease_before_its_renewal, break_a_ledger_post_image]
 
 
 def assert_found_alone(results: list[RunAudit], want: Expected) -> None:
