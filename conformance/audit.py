@@ -149,7 +149,6 @@ def audit_run(part: Snapshot) -> RunAudit:
 class _Walk:
     def __init__(self, run: Record, part: Snapshot) -> None:
         self.run_id: str = run["id"]
-        self.run_status: str = run["status"]
         self.events = part["events"]
         self.ledger_by_event = {m["eventId"]: m for m in part["mutations"]}
         self.ledger = part["mutations"]
@@ -201,12 +200,13 @@ class _Walk:
         problem = self._entry_problem(e, entry)
         if problem is None:
             previous = self._previous.get(step_id)
-            mutation = rebuild_mutation(State(), entry, previous, e)
-            assert mutation is not None  # the event is present
-            mutation["mutationDigest"] = entry["mutationDigest"]
+            # The full StepRunMutation the ledger entry and its event stand for (records.md §6.6); the model
+            # then decides whether it is a legal step from the StepRun as replayed so far.
+            mutation = rebuild_mutation(State(), entry, previous, e) or {}
             try:
-                normalize_mutation(mutation)
-                resolve_step_run_mutation(self.replayed.get(step_id), mutation)
+                normalize_mutation({**mutation, "mutationDigest": entry["mutationDigest"]})
+                resolve_step_run_mutation(self.replayed.get(step_id), {**mutation,
+                                                                       "mutationDigest": entry["mutationDigest"]})
             except QlwfError as err:
                 problem = f"ledger entry {entry['mutationId']} is not a legal model step: {err.message}"
         if problem is not None:
