@@ -8,7 +8,8 @@ first illegal step:
    (its ledger entry rebuilt into a StepRunMutation that `normalize_mutation` accepts and
    `resolve_step_run_mutation` applies to the StepRun replayed so far), a terminal event only last;
 2. the Run row: counters (version = eventSequence = number of events), terminal status ⇔ terminal event;
-3. every stored StepRun: its digest recomputes and it equals the StepRun replayed from its ledger;
+3. every stored StepRun: its JSON mirror equals its columns (when the reader supplies it), its digest
+   recomputes and it equals the StepRun replayed from its ledger;
 4. the record rules of events, attempts and leases; plan, admission receipt and task receipt digests
    recompute; identifier recipes whose inputs are stored;
 5. every invariant INV-1…31 on a model State built from the Run's records alone.
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from qlwf.impl.readonly import MIRRORS
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.errors import QlwfError
@@ -101,8 +103,8 @@ class RunAudit:
 
 def split_by_run(snap: Snapshot) -> dict[str, Snapshot]:
     """Each Run's records as a snapshot of its own, in the input's (key) order."""
-    out: dict[str, Snapshot] = {r["id"]: {kind: [] for kind in TABLES} for r in snap.get("runs", [])}
-    for kind, run_of in _RUN_OF.items():
+    out: dict[str, Snapshot] = {r["id"]: {kind: [] for kind in (*TABLES, MIRRORS)} for r in snap.get("runs", [])}
+    for kind, run_of in (*_RUN_OF.items(), (MIRRORS, lambda m: m["runId"])):
         for record in snap.get(kind, []):
             part = out.get(run_of(record))
             if part is not None:  # a record of no stored Run: the foreign keys of storage.md §2 forbid it
@@ -253,8 +255,14 @@ def _run_row(run: Record, events: list[Record]) -> Iterator[Finding]:
 # 3. Stored StepRuns against their replay
 def _stored_step_runs(part: Snapshot, replayed: dict[str, Record]) -> Iterator[Finding]:
     has_ledger = {m["stepRunId"] for m in part["mutations"]}
+    mirrors = {m["id"]: m["json"] for m in part.get(MIRRORS, [])}
     for s in part["stepRuns"]:
         where = f"StepRun {s['id']}"
+        mirror = mirrors.get(s["id"], s)  # a harness snapshot carries no mirrors: nothing to compare
+        if mirror != s:
+            keys = sorted(k for k in {*s, *mirror} if not isinstance(mirror, dict) or mirror.get(k) != s.get(k))
+            yield Finding(s["runId"], where, "mirror", f"step_run_json disagrees with the columns in {', '.join(keys)}")
+            continue
         try:
             digest = step_run_digest(s)
         except (QlwfError, KeyError, TypeError) as e:

@@ -276,9 +276,19 @@ def break_a_ledger_post_image(store: Store, snapshot: Callable[[], dict[str, Any
     return Expected(TARGET_RUN, f"event {entry['eventSequence']}", "INV-8")
 
 
+def edit_a_json_mirror_alone(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """Only step_run_json changes (status); the mirror CHECK refuses that, so checks are bypassed for it."""
+    step_id = f"{TARGET_RUN}:a"
+    store.write([(f"UPDATE {store.table('StepRuns')} SET step_run_json = "
+                  f"{store.json_key_set('step_run_json', 'status')} WHERE id = ?", ("failed", step_id))],
+                bypass_checks_on="StepRuns")
+    return Expected(TARGET_RUN, f"StepRun {step_id}", "mirror")
+
+
 CORRUPTIONS: list[Corruption] = [swap_two_step_events, skip_a_sequence, forge_a_terminal, edit_a_step_run_digest,
                                  edit_a_step_run_without_its_ledger, decrement_a_lease_version,
-                                 expire_a_lease_before_its_renewal, break_a_ledger_post_image]
+                                 expire_a_lease_before_its_renewal, break_a_ledger_post_image,
+                                 edit_a_json_mirror_alone]
 
 
 def assert_found_alone(results: list[RunAudit], want: Expected) -> None:

@@ -8,11 +8,12 @@ changed. The whole read is one deferred transaction: one consistent view of a li
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import urllib.parse
 
-from qlwf.impl.readonly import UnreadableDatabase
+from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
 from .snapshot import JsonMemo, Record, read_snapshot
@@ -44,7 +45,10 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
     try:
         conn.execute("BEGIN DEFERRED")
         try:
-            return read_snapshot(conn, JsonMemo())
+            snap = read_snapshot(conn, JsonMemo())
+            snap[MIRRORS] = [{"id": i, "runId": r, "json": json.loads(text)} for i, r, text in conn.execute(
+                'SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id')]
+            return snap
         finally:
             conn.execute("ROLLBACK")
     except (sqlite3.Error, ValueError, KeyError) as e:  # missing columns, malformed JSON text
