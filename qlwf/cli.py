@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_conform",
     "qlwf.cmd_prove",
     "qlwf.cmd_explore",
+    "qlwf.cmd_audit",
 )
 
 

@@ -1,0 +1,67 @@
+"""Open a PostgreSQL ql3 database read-only and read it back as a snapshot (`qlwf audit`).
+
+The session starts with `default_transaction_read_only` on and the read runs in one `REPEATABLE READ READ
+ONLY` transaction: the server refuses any write, and every table is read from one consistent view of a live
+database. The transaction is rolled back, never committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+
+from .codec import ALL_TABLES, STEP_RUNS_TABLE
+from .snapshot import Record, read_snapshot
+
+_CONNECT_TIMEOUT_S = 10
+
+
+def open_read_only(dsn: str) -> psycopg.Connection[Any]:
+    """A connection whose transactions are READ ONLY (its first statement opens one)."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise UnreadableDatabase(f"malformed DSN: {str(e).strip()}") from e
+    try:
+        conn = psycopg.connect(dsn, autocommit=False, connect_timeout=_CONNECT_TIMEOUT_S,
+                               options="-c default_transaction_read_only=on")
+    except psycopg.Error as e:
+        raise UnreadableDatabase(f"cannot connect: {str(e).strip().splitlines()[0]}") from e
+    conn.read_only = True
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    return conn
+
+
+def check_layout(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SELECT array_agg(t) FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NULL",
+                       (list(ALL_TABLES),)).fetchone()
+    missing = row[0] if row else None
+    if missing:
+        raise UnreadableDatabase(f"not a qlwf/ql3 PostgreSQL schema (missing tables {', '.join(sorted(missing))})")
+
+
+def transaction_read_only(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+    return row is not None and row[0] == "on"
+
+
+def load(dsn: str) -> dict[str, list[Record]]:
+    conn = open_read_only(dsn)
+    try:
+        check_layout(conn)
+        if not transaction_read_only(conn):  # a pooler or server setting that overrides the session's
+            raise UnreadableDatabase("the server did not open a READ ONLY transaction")
+        snap = read_snapshot(conn)
+        snap[MIRRORS] = [{"id": i, "runId": r, "json": j} for i, r, j in conn.execute(
+            f'SELECT id, run_id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"')]
+        return snap
+    except psycopg.Error as e:
+        raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e
+    finally:
+        with contextlib.suppress(psycopg.Error):  # nothing to keep: the read never wrote
+            conn.rollback()
+        conn.close()

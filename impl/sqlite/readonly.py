@@ -1,0 +1,57 @@
+"""Open a SQLite ql3 database read-only and read it back as a snapshot (`qlwf audit`).
+
+The file is opened through a `file:PATH?mode=ro` URI, so SQLite itself refuses every write; `query_only`
+refuses them a second time. A read-only connection to a WAL database may create an empty `-wal` and the
+`-shm` index when they are missing (SQLite's reader protocol); the database and any WAL content are never
+changed. The whole read is one deferred transaction: one consistent view of a live database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import urllib.parse
+
+from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+
+from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
+from .snapshot import JsonMemo, Record, read_snapshot
+
+REQUIRED_TABLES = frozenset({"Runs", "RunAttempts", "RunDispatchLeases", "RunEvents", "StepRuns", "StepRunMutations",
+                             ADMISSIONS_TABLE, ADMISSION_STEPS_TABLE, TASK_RECEIPTS_TABLE})
+
+
+def open_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    target = os.fspath(path)
+    if not os.path.isfile(target):  # mode=ro never creates a file, but says only "unable to open"
+        raise UnreadableDatabase(f"{target}: no such file")
+    uri = f"file:{urllib.parse.quote(os.path.abspath(target))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as e:
+        raise UnreadableDatabase(f"{target}: {e}") from e
+    missing = sorted(REQUIRED_TABLES - names)
+    if missing:
+        conn.close()
+        raise UnreadableDatabase(f"{target}: not a qlwf/ql3 SQLite schema (missing tables {', '.join(missing)})")
+    return conn
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
+    conn = open_read_only(path)
+    try:
+        conn.execute("BEGIN DEFERRED")
+        try:
+            snap = read_snapshot(conn, JsonMemo())
+            snap[MIRRORS] = [{"id": i, "runId": r, "json": json.loads(text)} for i, r, text in conn.execute(
+                'SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id')]
+            return snap
+        finally:
+            conn.execute("ROLLBACK")
+    except (sqlite3.Error, ValueError, KeyError) as e:  # missing columns, malformed JSON text
+        raise UnreadableDatabase(f"{os.fspath(path)}: not a readable qlwf/ql3 SQLite database: {e}") from e
+    finally:
+        conn.close()

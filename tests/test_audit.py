@@ -1,0 +1,441 @@
+"""`qlwf audit` (issue 14 §2): stores written by conformance runs audit clean on both backends; hand corruptions
+applied with direct SQL are each found, at the right Run and step; the audit never writes; bad input exits 2.
+
+Each corruption names what the spec says it breaks (the expected Run, step and rule come from the corruption
+itself: the sequences it moved, the row it edited), not what the audit happens to print.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from qlwf.conformance import runner
+from qlwf.conformance.audit import RunAudit, audit_snapshot
+from qlwf.conformance.lockstep import run_lockstep
+from qlwf.impl.commands.columns import STEP_RUNS
+from qlwf.impl.postgres import readonly as pg_readonly
+from qlwf.impl.postgres.conformance import PostgresBackend
+from qlwf.impl.postgres.server import PgServer, unique_database_name
+from qlwf.impl.readonly import UnreadableDatabase
+from qlwf.impl.sqlite import readonly as sqlite_readonly
+from qlwf.impl.sqlite.adapter import SqliteAdapter
+from qlwf.model.canonical import canonical_text
+from qlwf.model.records import seal_step_run
+
+from qlwf.cli import main as cli_main
+
+Record = dict[str, Any]
+CORPUS = {t.name: t for t in runner.corpus_traces()}
+DRIFT = sorted(n for n, t in CORPUS.items() if any(s["op"] == "corrupt" for s in t.steps))
+CLEAN = sorted(set(CORPUS) - set(DRIFT))
+# Five running Runs side by side: a corruption of one must leave the other four clean.
+BASE = "adr0226-bounded-candidate-paging"
+TARGET_RUN = "run-2"
+
+
+def by_run(results: list[RunAudit]) -> dict[str, RunAudit]:
+    return {r.run_id: r for r in results}
+
+
+def write_sqlite(trace_name: str, path: Path) -> SqliteAdapter:
+    """A file-backed store holding the trace's end state; lockstep proves it equals the model's."""
+    adapter = SqliteAdapter(path)
+    result = run_lockstep(CORPUS[trace_name], adapter)
+    assert result.passed, result.divergence.render() if result.divergence else ""
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def sqlite_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("audit-sqlite")
+    out = {}
+    for name in CORPUS:
+        out[name] = directory / f"{name}.db"
+        write_sqlite(name, out[name]).close()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Clean stores
+def test_stores_written_by_the_corpus_audit_clean_on_sqlite(sqlite_stores: dict[str, Path]) -> None:
+    for name in CLEAN:
+        snap = sqlite_readonly.load(sqlite_stores[name])
+        results = audit_snapshot(snap)
+        assert [r.run_id for r in results] == [r["id"] for r in snap["runs"]] and results
+        assert all(r.events == sum(e["runId"] == r.run_id for e in snap["events"]) for r in results)
+        assert [f for r in results for f in r.findings] == [], name
+
+
+def test_stores_corrupted_by_drift_injection_are_not_clean(sqlite_stores: dict[str, Path]) -> None:
+    """The corpus's drift traces overwrite stored records behind the commands' back."""
+    assert DRIFT
+    for name in DRIFT:
+        assert not all(r.ok for r in audit_snapshot(sqlite_readonly.load(sqlite_stores[name]))), name
+
+
+def test_cli_exit_codes_and_lines(sqlite_stores: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    path = sqlite_stores[BASE]
+    assert cli_main(["audit", "--sqlite", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = [r["id"] for r in sqlite_readonly.load(path)["runs"]]
+    assert [line.split(":")[0] for line in lines[:-1]] == runs and all(": ok (" in line for line in lines[:-1])
+    assert cli_main(["audit", "--sqlite", str(path), "--run", TARGET_RUN, "--json"]) == 0
+    assert '"runId": "run-2"' in capsys.readouterr().out
+    assert cli_main(["audit", "--sqlite", str(sqlite_stores[DRIFT[0]])]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------
+# The catalogue of corruptions, for both dialects
+@dataclass(frozen=True)
+class Expected:
+    run_id: str
+    where: str
+    check: str
+
+
+class Store:
+    """Direct SQL on one dialect: `?` placeholders, PascalCase table names; every write commits."""
+
+    dialect: str
+
+    def table(self, name: str) -> str:
+        raise NotImplementedError
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
+        raise NotImplementedError
+
+    def json_key_set(self, column: str, key: str) -> str:
+        raise NotImplementedError
+
+    json_param = "?"
+
+
+class SqliteStore(Store):
+    dialect = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def table(self, name: str) -> str:
+        return f'"{name}"'
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.path) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            if bypass_checks_on is not None:  # the schema allows it: CHECKs are off for this connection only
+                conn.execute("PRAGMA ignore_check_constraints = ON")
+            conn.execute("BEGIN IMMEDIATE")
+            for sql, params in statements:
+                assert conn.execute(sql, params).rowcount >= 1, sql
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def json_key_set(self, column: str, key: str) -> str:
+        return f"json_set({column}, '$.{key}', ?)"
+
+
+_PG_TABLES = {"Runs": "ql3.runs", "RunEvents": "ql3.run_events", "StepRuns": "ql3.step_runs",
+              "RunDispatchLeases": "ql3.run_dispatch_leases", "StepRunMutations": "ql3.step_run_mutations"}
+
+
+def _pg(sql: str) -> str:
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PgStore(Store):
+    dialect = "postgres"
+    json_param = "?::jsonb"
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self.backend = backend
+        self.dsn = backend.database.conninfo
+
+    def table(self, name: str) -> str:
+        return _PG_TABLES[name]
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as conn:
+            return conn.execute(_pg(sql), params).fetchall()
+
+    def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
+        with psycopg.connect(self.dsn) as conn, conn.transaction():
+            checks = []
+            if bypass_checks_on is not None:
+                # PostgreSQL cannot switch CHECKs off per statement: drop them for this write and add them back
+                # NOT VALID (later writes are checked again); the reset of the next case revalidates them.
+                table = self.table(bypass_checks_on)
+                checks = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                                      "WHERE conrelid = %s::regclass AND contype = 'c'", (table,)).fetchall()
+                for name, _ in checks:
+                    conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+                self.backend.database.mark_checks_invalidated()
+            for sql, params in statements:
+                assert conn.execute(_pg(sql), params).rowcount >= 1, sql
+            for name, definition in checks:
+                conn.execute(f'ALTER TABLE {self.table(bypass_checks_on or "")} ADD CONSTRAINT "{name}" '
+                             f'{definition.removesuffix(" NOT VALID")} NOT VALID')
+
+    def json_key_set(self, column: str, key: str) -> str:
+        return f"jsonb_set({column}, '{{{key}}}', to_jsonb(?::text))"
+
+
+Corruption = Callable[[Store, Callable[[], dict[str, Any]]], Expected]
+
+
+def swap_two_step_events(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """Two step events of one Run exchange their sequences; each ledger entry still names the old one."""
+    (i, j), = store.rows(f"SELECT min(sequence), max(sequence) FROM {store.table('RunEvents')} "
+                         "WHERE run_id = ? AND type LIKE 'step.%'", TARGET_RUN)
+    t = store.table("RunEvents")
+    store.write([(f"UPDATE {t} SET sequence = 1000000 WHERE run_id = ? AND sequence = ?", (TARGET_RUN, i)),
+                 (f"UPDATE {t} SET sequence = ? WHERE run_id = ? AND sequence = ?", (i, TARGET_RUN, j)),
+                 (f"UPDATE {t} SET sequence = ? WHERE run_id = ? AND sequence = 1000000", (j, TARGET_RUN))])
+    return Expected(TARGET_RUN, f"event {i}", "INV-8")
+
+
+def skip_a_sequence(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """Every event from the middle of the log on moves up by one: sequence k is missing."""
+    (n,), = store.rows(f"SELECT count(*) FROM {store.table('RunEvents')} WHERE run_id = ?", TARGET_RUN)
+    k = n // 2
+    t = store.table("RunEvents")
+    store.write([(f"UPDATE {t} SET sequence = sequence + 1000000 WHERE run_id = ? AND sequence >= ?", (TARGET_RUN, k)),
+                 (f"UPDATE {t} SET sequence = sequence - 999999 WHERE run_id = ? AND sequence >= 1000000",
+                  (TARGET_RUN,))])
+    return Expected(TARGET_RUN, f"event {k}", "INV-2")
+
+
+def forge_a_terminal(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """A running Run is marked succeeded, with a plausible finish time, but no workflow.succeeded event."""
+    (last,), = store.rows(f"SELECT max(created_at_ms) FROM {store.table('RunEvents')} WHERE run_id = ?", TARGET_RUN)
+    store.write([(f"UPDATE {store.table('Runs')} SET status = 'succeeded', finished_at_ms = ? "
+                  "WHERE id = ? AND status = 'running'", (last, TARGET_RUN))])
+    return Expected(TARGET_RUN, "Run", "INV-12")
+
+
+def edit_a_step_run_digest(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """stepRunDigest edited in the column and its JSON mirror alike (the row checks hold)."""
+    step_id = f"{TARGET_RUN}:a"
+    forged = "0" * 64
+    store.write([(f"UPDATE {store.table('StepRuns')} SET step_run_digest = ?, "
+                  f"step_run_json = {store.json_key_set('step_run_json', 'stepRunDigest')} WHERE id = ?",
+                  (forged, forged, step_id))])
+    return Expected(TARGET_RUN, f"StepRun {step_id}", "digest")
+
+
+def edit_a_step_run_without_its_ledger(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """A StepRun's status changed (ready → pending) with its JSON mirror and a recomputed digest, but no
+    ledger entry or event: a self-consistent row that no model step produced."""
+    step = next(s for s in snapshot()["stepRuns"] if s["runId"] == TARGET_RUN and s["status"] == "ready")
+    edited = seal_step_run(dict(step, status="pending", readyAtMs=None))
+    values = STEP_RUNS.to_row(edited, bools_as_int=store.dialect == "sqlite")
+    assignments = ", ".join(f"{c} = ?" for c in STEP_RUNS.columns)
+    store.write([(f"UPDATE {store.table('StepRuns')} SET {assignments}, step_run_json = {store.json_param} "
+                  "WHERE id = ?", (*values, canonical_text(edited), step["id"]))])
+    return Expected(TARGET_RUN, f"StepRun {step['id']}", "replay")
+
+
+def decrement_a_lease_version(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """The lease's version goes back by one; its mirror on the attempt (D-10) keeps the real one."""
+    lease = next(x for x in snapshot()["leases"] if x["version"] >= 1)
+    store.write([(f"UPDATE {store.table('RunDispatchLeases')} SET version = version - 1 WHERE attempt_id = ?",
+                  (lease["attemptId"],))])
+    return Expected(lease["runId"], "state", "INV-25")
+
+
+def expire_a_lease_before_its_renewal(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """expiresAtMs moved before renewedAtMs: the row CHECK refuses it, so checks are bypassed for this write."""
+    lease = next(x for x in snapshot()["leases"] if x["status"] == "leased")
+    store.write([(f"UPDATE {store.table('RunDispatchLeases')} SET expires_at_ms = renewed_at_ms - 1 "
+                  "WHERE attempt_id = ?", (lease["attemptId"],))], bypass_checks_on="RunDispatchLeases")
+    return Expected(lease["runId"], f"lease {lease['attemptId']}", "INV-26")
+
+
+def break_a_ledger_post_image(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """A ledger entry's post-image is not even an object (checks bypassed): the audit reports the step, it
+    does not crash on the row."""
+    entry = max((m for m in snapshot()["mutations"] if m["runId"] == TARGET_RUN), key=lambda m: m["eventSequence"])
+    store.write([(f"UPDATE {store.table('StepRunMutations')} SET step_run_json = {store.json_param} "
+                  "WHERE mutation_id = ?", ("[]", entry["mutationId"]))], bypass_checks_on="StepRunMutations")
+    return Expected(TARGET_RUN, f"event {entry['eventSequence']}", "INV-8")
+
+
+def edit_a_json_mirror_alone(store: Store, snapshot: Callable[[], dict[str, Any]]) -> Expected:
+    """Only step_run_json changes (status); the mirror CHECK refuses that, so checks are bypassed for it."""
+    step_id = f"{TARGET_RUN}:a"
+    store.write([(f"UPDATE {store.table('StepRuns')} SET step_run_json = "
+                  f"{store.json_key_set('step_run_json', 'status')} WHERE id = ?", ("failed", step_id))],
+                bypass_checks_on="StepRuns")
+    return Expected(TARGET_RUN, f"StepRun {step_id}", "mirror")
+
+
+CORRUPTIONS: list[Corruption] = [swap_two_step_events, skip_a_sequence, forge_a_terminal, edit_a_step_run_digest,
+                                 edit_a_step_run_without_its_ledger, decrement_a_lease_version,
+                                 expire_a_lease_before_its_renewal, break_a_ledger_post_image,
+                                 edit_a_json_mirror_alone]
+
+
+def assert_found_alone(results: list[RunAudit], want: Expected) -> None:
+    runs = by_run(results)
+    first = runs[want.run_id].first
+    assert first is not None, f"{want} not found"
+    assert (first.where, first.check) == (want.where, want.check), str(first)
+    assert [r for r in runs.values() if not r.ok] == [runs[want.run_id]], "another Run has a finding"
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: c.__name__)
+def test_sqlite_corruption_is_found(corruption: Corruption, sqlite_stores: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    shutil.copy(sqlite_stores[BASE], path)
+    assert audit_snapshot(sqlite_readonly.load(path)) and all(r.ok for r in audit_snapshot(sqlite_readonly.load(path)))
+    want = corruption(SqliteStore(path), lambda: sqlite_readonly.load(path))
+    assert_found_alone(audit_snapshot(sqlite_readonly.load(path)), want)
+
+
+# ------------------------------------------------------------------------------------------------
+# The audit writes nothing
+def sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def test_auditing_a_live_sqlite_store_changes_neither_the_file_nor_its_wal(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    wal = Path(f"{path}-wal")
+    adapter = write_sqlite("adr0227-worker-protocol", path)  # kept open: committed pages still sit in the WAL
+    try:
+        assert wal.exists() and wal.stat().st_size > 0
+        before = (sha256(path), sha256(wal))
+        assert cli_main(["audit", "--sqlite", str(path), "--json"]) == 0
+        assert (sha256(path), sha256(wal)) == before
+    finally:
+        adapter.close()
+
+
+def test_the_sqlite_connection_of_the_audit_refuses_writes(sqlite_stores: dict[str, Path]) -> None:
+    conn = sqlite_readonly.open_read_only(sqlite_stores[BASE])
+    try:
+        with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
+            conn.execute('DELETE FROM "Runs"')
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input
+def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert cli_main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    return captured.err
+
+
+def test_bad_sqlite_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "no such file" in one_line_exit_2(["audit", "--sqlite", str(tmp_path / "missing.db")], capsys)
+    assert not (tmp_path / "missing.db").exists()
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all, just text" * 64)
+    assert "not a database" in one_line_exit_2(["audit", "--sqlite", str(garbage)], capsys)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    assert "not a qlwf/ql3" in one_line_exit_2(["audit", "--sqlite", str(other)], capsys)
+
+
+def test_malformed_dsn_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "malformed DSN" in one_line_exit_2(["audit", "--pg", "dbname='unterminated"], capsys)
+    assert "cannot connect" in one_line_exit_2(["audit", "--pg", "host=127.0.0.1 port=1 dbname=x"], capsys)
+
+
+# ------------------------------------------------------------------------------------------------
+# PostgreSQL
+@pytest.fixture(scope="module")
+def pg_backend(pg_server: PgServer) -> Iterator[PostgresBackend]:
+    factory = PostgresBackend()
+    yield factory
+    factory.shutdown()
+
+
+def write_postgres(backend: PostgresBackend, trace_name: str) -> None:
+    """The trace's end state kept in the backend's database (the next `open()` empties it)."""
+    port = backend.open()
+    try:
+        result = run_lockstep(CORPUS[trace_name], port)
+    finally:
+        port.close()
+    assert result.passed, result.divergence.render() if result.divergence else ""
+
+
+@pytest.mark.postgres
+def test_stores_written_by_the_corpus_audit_clean_on_postgres(pg_backend: PostgresBackend,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    dsn = pg_backend.database.conninfo
+    for name in (BASE, "adr0227-worker-protocol", "adr0228-timeout-mapping", "adr0226-failure-skips-chain"):
+        write_postgres(pg_backend, name)
+        results = audit_snapshot(pg_readonly.load(dsn))
+        assert results and [f for r in results for f in r.findings] == [], name
+    assert cli_main(["audit", "--pg", dsn]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("audit: ")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: c.__name__)
+def test_postgres_corruption_is_found(corruption: Corruption, pg_backend: PostgresBackend) -> None:
+    write_postgres(pg_backend, BASE)
+    dsn = pg_backend.database.conninfo
+    assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn)))
+    want = corruption(PgStore(pg_backend), lambda: pg_readonly.load(dsn))
+    assert_found_alone(audit_snapshot(pg_readonly.load(dsn)), want)
+
+
+@pytest.mark.postgres
+def test_the_postgres_audit_reads_in_a_read_only_transaction(pg_backend: PostgresBackend,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    write_postgres(pg_backend, BASE)
+    dsn = pg_backend.database.conninfo
+    seen: list[bool] = []
+    real = pg_readonly.read_snapshot
+
+    def spy(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+        seen.append(row is not None and row[0] == "on")
+        return real(conn)
+
+    monkeypatch.setattr(pg_readonly, "read_snapshot", spy)
+    assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn)))
+    assert seen == [True]
+    conn = pg_readonly.open_read_only(dsn)
+    try:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("DELETE FROM ql3.runs")
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_database_without_the_ql3_layout_is_exit_2(pg_server: PgServer,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    name = unique_database_name("qlwf_auditempty")
+    dsn = pg_server.create_database(name)
+    try:
+        with pytest.raises(UnreadableDatabase, match="not a qlwf/ql3"):
+            pg_readonly.load(dsn)
+        assert "not a qlwf/ql3" in one_line_exit_2(["audit", "--pg", dsn], capsys)
+    finally:
+        pg_server.drop_database(name)
