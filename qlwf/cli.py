@@ -74,14 +74,20 @@ def _install_interrupt_handlers() -> Callable[[], None]:
     return restore
 
 
-def _stop_servers() -> str:
-    """Stop what atexit would stop later, so 'cleaned up' is true when it is printed."""
+def _servers_running() -> frozenset[int]:
+    server = sys.modules.get("qlwf.impl.postgres.server")
+    return server.live_servers() if server is not None else frozenset()
+
+
+def _stop_servers(keep: frozenset[int] = frozenset()) -> str:
+    """Stop what atexit would stop later, so 'cleaned up' is true when it is printed; servers in
+    `keep` were running before the command (an in-process caller's, e.g. a test session's)."""
     for child in multiprocessing.active_children():  # terminated by the handler; their databases go below
         child.join(10)
     server = sys.modules.get("qlwf.impl.postgres.server")
     try:
         if server is not None:
-            server.stop_all()
+            server.stop_all(keep)
     except Exception as e:  # report, do not mask the interrupt with a traceback
         return f"cleanup failed: {type(e).__name__}: {e}"
     return "cleaned up"
@@ -107,11 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is not threading.main_thread():  # signal handlers need the main thread
         return int(args.func(args))
     restore = _install_interrupt_handlers()
+    before = _servers_running()
     try:
         return int(args.func(args))
     except (Interrupted, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-        print(f"qlwf: interrupted ({signal.Signals(signum).name}); {_stop_servers()}", file=sys.stderr)
+        print(f"qlwf: interrupted ({signal.Signals(signum).name}); {_stop_servers(before)}", file=sys.stderr)
         if argv is None:
             _exit_if_threads_linger(128 + signum)
         return 128 + signum

@@ -38,3 +38,38 @@ def test_interrupt_returns_its_code_and_restores_the_process(
     assert len(err) == 1 and err[0].startswith("qlwf: ") and sig.name in err[0]
     assert {s: signal.getsignal(s) for s in before} == before
     assert logging.root.manager.disable == logging.NOTSET
+
+
+def test_an_interrupted_in_process_main_keeps_the_callers_servers(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only servers the command started are torn down: a test session's cluster survives."""
+    from qlwf.impl.postgres import server
+
+    stopped: list[str] = []
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def stop(self) -> None:
+            stopped.append(self.name)
+            server._unregister(self)  # type: ignore[arg-type]
+
+    callers = Fake("caller's")
+    server._register(callers)  # type: ignore[arg-type]
+
+    def command(args: argparse.Namespace) -> int:
+        server._register(Fake("command's"))  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        return 0
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=command)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    try:
+        assert cli.main([]) == 128 + signal.SIGTERM
+        assert stopped == ["command's"]
+    finally:
+        server._unregister(callers)  # type: ignore[arg-type]
+    capsys.readouterr()

@@ -502,10 +502,17 @@ def _unregister(server: PgServer) -> None:
         _live.pop(id(server), None)
 
 
-def stop_all() -> None:
-    """Stop every server this process started (clusters and databases on external servers)."""
+def live_servers() -> frozenset[int]:
+    """Identities of the servers this process has running now (for `stop_all(keep=...)`)."""
     with _live_lock:
-        servers = list(_live.values())
+        return frozenset(_live)
+
+
+def stop_all(keep: frozenset[int] = frozenset()) -> None:
+    """Stop every server this process started (clusters and databases on external servers), except
+    those in `keep` (an in-process caller's own servers, running before a command started)."""
+    with _live_lock:
+        servers = [s for key, s in _live.items() if key not in keep]
     for server in servers:
         server.stop()
 
