@@ -12,14 +12,13 @@ from .records import (
     Record,
     binding_plan_problem,
     exact_keys,
-    is_object,
     make_event,
     normalize_binding,
     normalize_plan,
     normalize_step_run,
     task_receipt_digest,
 )
-from .values import INT31_MAX, is_int, is_int_in, is_timestamp
+from .values import INT31_MAX, is_int, is_int_in, is_object, is_timestamp
 
 ADMISSION_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "input_invalid")
 ADMISSION_INPUT_KEYS = ("plan", "run", "stepRun", "binding", "attemptNumber", "admittedAtMs")

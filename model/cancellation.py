@@ -11,14 +11,12 @@ from .records import (
     Failer,
     Record,
     foreign_attempt_keys,
-    is_array,
-    is_object,
     make_event,
     normalize_task_receipt,
     shared_step_run,
 )
 from .steprun import transition_normalized_mutation
-from .values import INT31_MAX, is_int, is_int31, is_timestamp, same
+from .values import INT31_MAX, is_array, is_int, is_int31, is_object, is_timestamp, same
 
 CANCEL_FAIL = Failer(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
 PAGE_FAIL = Failer(T.FAMILIES["page"].invalid or "", "page_invalid")
@@ -135,11 +133,11 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
     entries = [_check_entry(i, e, run, steps_by_id) for i, e in enumerate(raw_active)]
     entries.sort(key=lambda e: e["attempt"]["id"])
     seen_steps: set[str] = set()
-    for e in entries:
-        a = e["attempt"]
+    for entry in entries:
+        a = entry["attempt"]
         fail.check(a["stepRunId"] not in seen_steps, "more than one active Attempt for a StepRun")
         seen_steps.add(a["stepRunId"])
-        _check_entry_times(e, observed)
+        _check_entry_times(entry, observed)
 
     reason = run["cancelReason"]
     target = T.CANCEL_REASON_TARGET[reason]
@@ -147,9 +145,9 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
     blocked_attempts: list[str] = []
     blocked_steps: set[str] = set()
     transitions: list[Record] = []
-    for e in entries:
-        a = e["attempt"]
-        decision = T.CANCEL_ATTEMPT_TABLE[(a["status"], e["leaseStatus"])]
+    for entry in entries:
+        a = entry["attempt"]
+        decision = T.CANCEL_ATTEMPT_TABLE[(a["status"], entry["leaseStatus"])]
         if explain is not None:
             explain[a["id"]] = RULE_ATTEMPT_BLOCKED if decision == "blocked" else RULE_ATTEMPT_SETTLE
         if decision == "blocked":
@@ -179,12 +177,12 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
             if explain is not None:
                 explain[s["id"]] = RULE_STEP_BLOCKED_ATTEMPT
             continue
-        decision = T.CANCEL_STEP_TABLE[(s["status"], timeout)]
-        if decision.action == "skip":
+        step_decision = T.CANCEL_STEP_TABLE[(s["status"], timeout)]
+        if step_decision.action == "skip":
             if explain is not None:
                 explain[s["id"]] = RULE_STEP_SKIP
             continue
-        if decision.action == "blocked":
+        if step_decision.action == "blocked":
             blocked_steps.add(s["id"])
             if explain is not None:
                 explain[s["id"]] = RULE_STEP_BLOCKED_RUNNING
@@ -193,10 +191,10 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
             explain[s["id"]] = RULE_STEP_MUTATE
         d = ids.cancellation_hash(run["id"], requested, "step", s["id"], s["version"])
         command: Record = {"expectedVersion": s["version"], "expectedDigest": s["stepRunDigest"],
-                           "mutationId": f"wcm:{d}", "to": decision.target, "atMs": observed,
-                           "resultCode": decision.result_code}
-        if decision.error_summary is not None:
-            command["errorSummary"] = decision.error_summary
+                           "mutationId": f"wcm:{d}", "to": step_decision.target, "atMs": observed,
+                           "resultCode": step_decision.result_code}
+        if step_decision.error_summary is not None:
+            command["errorSummary"] = step_decision.error_summary
         if v >= INT31_MAX or seq >= INT31_MAX:
             fail("Run counters would overflow")
         mutations.append(transition_normalized_mutation(

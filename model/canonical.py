@@ -7,6 +7,7 @@ import json
 from functools import cache
 from typing import Any
 
+_orjson: Any
 try:  # optional accelerator; every use falls back to the reference encoder below
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by the fallback test through monkeypatching
@@ -51,7 +52,8 @@ def plain_canonical_json(value: Any) -> bytes:
     """
     if _orjson is not None:
         try:
-            return _orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS)
+            encoded: bytes = _orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS)
+            return encoded
         except TypeError:  # orjson.JSONEncodeError is a TypeError
             pass
     return canonical_json(value)

@@ -458,7 +458,7 @@ def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[Tr
 
 
 def _check_state(state: State, cfg: Config) -> list[tuple[str, str, list[TraceStep]]]:
-    found = [("invariant", str(v), []) for v in check_invariants(state)]
+    found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in check_invariants(state)]
     if cfg.check_liveness:
         report = drain(state)
         if not report.ok:

@@ -7,9 +7,9 @@ from typing import Any
 from . import ids
 from . import tables as T
 from .errors import Invalid, QlwfError
-from .records import Failer, Record, is_array, is_object, shared_plan, shared_step_run
+from .records import Failer, Record, shared_plan, shared_step_run
 from .steprun import transition_normalized_mutation
-from .values import is_int
+from .values import is_array, is_int, is_object
 
 FRONTIER_FAIL = Failer(T.FAMILIES["frontier"].invalid or "", "snapshot_invalid")
 RECONCILER: Record = {"type": "reconciler"}

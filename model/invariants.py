@@ -214,7 +214,7 @@ def inv5(rv: RunView) -> list[str]:
 # Records
 def _normalizes(fn: Callable[[Any], Record], value: Any) -> bool:
     try:
-        return fn(value) == value
+        return bool(fn(value) == value)
     except QlwfError:
         return False
 
@@ -602,24 +602,25 @@ def inv24(view: SystemView) -> list[str]:
                                                          or lease["workerId"] != a.get("workerId")):
             out.append(f"{a['status']} attempt {a['id']} without its leased lease")
     for aid, lease in s.leases.items():
-        a = s.attempts.get(aid)
-        if a is None:
+        owner = s.attempts.get(aid)
+        if owner is None:
             out.append(f"lease {aid} without attempt")
             continue
         st, reason = lease["status"], lease.get("releaseReason")
-        if st == "leased" and a["status"] not in T.ACTIVE_ATTEMPT:
-            out.append(f"leased lease of {a['status']} attempt {aid}")
+        if st == "leased" and owner["status"] not in T.ACTIVE_ATTEMPT:
+            out.append(f"leased lease of {owner['status']} attempt {aid}")
         if st == "completed":
-            rv = RunView(s, s.runs[a["runId"]])
+            rv = RunView(s, s.runs[owner["runId"]])
             e = rv.terminal_attempt_event(aid)
-            if a["status"] not in ("succeeded", "failed", "cancelled", "timed_out") or e is None \
+            if owner["status"] not in ("succeeded", "failed", "cancelled", "timed_out") or e is None \
                     or not e["id"].startswith("wxa:"):
                 out.append(f"completed lease of attempt {aid} not ended by the worker path")
-        if st == "released" and reason == "lease_expired" and a["status"] != "lost":
-            out.append(f"lease of {aid} expired-released but attempt is {a['status']}")
+        if st == "released" and reason == "lease_expired" and owner["status"] != "lost":
+            out.append(f"lease of {aid} expired-released but attempt is {owner['status']}")
         if st == "released" and reason in T.WORKER_RELEASE_REASONS and (
-                a["status"] not in ("claimed", "cancelled", "timed_out") or any(k in a for k in ATTEMPT_LEASE_KEYS)):
-            out.append(f"worker-released lease of {aid} with attempt {a['status']} or lease keys")
+                owner["status"] not in ("claimed", "cancelled", "timed_out")
+                or any(k in owner for k in ATTEMPT_LEASE_KEYS)):
+            out.append(f"worker-released lease of {aid} with attempt {owner['status']} or lease keys")
     return out
 
 
@@ -737,10 +738,10 @@ def _expected_step_codes(rv: RunView, s: Record) -> tuple[str | None, str | None
     if mid.startswith("workflow-frontier:"):
         return T.FRONTIER_SKIP_RESULT_CODE, None
     if mid.startswith("wcm:"):
-        timeout = rv.run.get("cancelReason") == "timeout"
+        timeout = bool(rv.run.get("cancelReason") == "timeout")
         ledger = rv.state.ledger_of_step(s["id"])
         prev = ledger[-2]["stepRun"]["status"] if len(ledger) > 1 else None
-        d = T.CANCEL_STEP_TABLE.get((prev, timeout))
+        d = T.CANCEL_STEP_TABLE.get((prev, timeout)) if prev is not None else None
         return (d.result_code, d.error_summary) if d and d.action == "mutate" else None
     if mid.startswith("wrf:"):
         c = T.RECOVERY_PATH_CODES["execution_not_running"]
@@ -750,8 +751,8 @@ def _expected_step_codes(rv: RunView, s: Record) -> tuple[str | None, str | None
         if not owner:
             return None
         command = "complete_attempt" if "startedAtMs" in owner[-1] else "fail_start"
-        c = T.WORKER_PATH_CODES.get((command, s["status"]))
-        return (c.step_result_code, c.step_error_summary) if c else None
+        wc = T.WORKER_PATH_CODES.get((command, s["status"]))
+        return (wc.step_result_code, wc.step_error_summary) if wc else None
     return None
 
 
@@ -766,8 +767,8 @@ def _expected_attempt_codes(rv: RunView, a: Record) -> tuple[str | None, str | N
         c = T.RECOVERY_PATH_CODES[e["payload"]["reason"]]
         return c.attempt_error_code, c.attempt_error_summary
     command = "complete_attempt" if "startedAtMs" in a else "fail_start"
-    c = T.WORKER_PATH_CODES.get((command, a["status"]))
-    return (c.attempt_error_code, c.attempt_error_summary) if c else None
+    wc = T.WORKER_PATH_CODES.get((command, a["status"]))
+    return (wc.attempt_error_code, wc.attempt_error_summary) if wc else None
 
 
 @invariant("INV-30", "Codes by path", "D-11; ADR-0226 §3; ADR-0228 §3")

@@ -67,8 +67,8 @@ class DrainReport:
 
 def lease_horizon(state: State) -> int:
     """T* of LIVE-1: the clock, or the latest expiry of a `leased` lease if later."""
-    return max([state.clock, *(lease["expiresAtMs"] for lease in state.leases.values()
-                               if lease["status"] == "leased")])
+    return int(max([state.clock, *(lease["expiresAtMs"] for lease in state.leases.values()
+                                   if lease["status"] == "leased")]))
 
 
 def cancelling_runs(state: State) -> list[Record]:

@@ -16,9 +16,10 @@ from .attempts import build_task_attempt_admission
 from .cancellation import resolve_cancellation
 from .errors import Invalid
 from .frontier import resolve_frontier
-from .records import Record, is_object
+from .records import Record
 from .recovery import RECOVERY_FIT, build_task_recovery
 from .steprun import transition_step_run_mutation
+from .values import is_object
 
 ORACLE_REQUEST_INVALID = "QLWF_ORACLE_REQUEST_INVALID"
 

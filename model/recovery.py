@@ -11,13 +11,12 @@ from .records import (
     Record,
     exact_keys,
     foreign_attempt_keys,
-    is_object,
     make_event,
     normalize_step_run,
     normalize_task_receipt,
 )
 from .steprun import transition_step_run_mutation
-from .values import is_int, is_int31, is_timestamp, same
+from .values import is_int, is_int31, is_object, is_timestamp, same
 
 RECOVERY_FAIL = Failer(T.FAMILIES["task_recovery"].invalid or "", "input_invalid")
 RECOVERY_INPUT_KEYS = ("admission", "run", "attempt", "stepRun", "reason", "observedAtMs")

@@ -102,7 +102,8 @@ class Tx:
         return self._copies[name]
 
     def view(self, name: str) -> dict[Any, Any]:
-        return self._copies.get(name, getattr(self.base, name))
+        table: dict[Any, Any] = self._copies.get(name, getattr(self.base, name))
+        return table
 
     def append_event(self, event: Record) -> None:
         events = self.table("events")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from . import tables as T
 from .canonical import digest_bytes, json_digest, plain_canonical_json
@@ -13,7 +13,6 @@ from .records import (
     Record,
     actor_problem,
     exact_keys,
-    is_object,
     make_event,
     normalize_step_run,
     seal_step_run,
@@ -26,6 +25,7 @@ from .values import (
     is_identifier,
     is_int31,
     is_int_in,
+    is_object,
     is_reference_text,
     is_result_code,
     is_summary_text,
@@ -157,7 +157,7 @@ _CONTEXT_KEYSET = frozenset(CONTEXT_KEYS)
 def _check_context(context: Any) -> Record:
     """records.md §6.5 "Mutation context": exactly its keys, counters that leave room for +1, an actor."""
     if _context_ok(context):
-        return context
+        return cast(Record, context)
     fail = STEP_FAIL
     exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")
     fail.check(is_int31(context["expectedRunVersion"]) and is_int31(context["expectedRunEventSequence"]),
@@ -169,7 +169,7 @@ def _check_context(context: Any) -> Record:
     problem = actor_problem(context["actor"])
     if problem:
         fail(f"mutation context {problem}")
-    return context
+    return cast(Record, context)
 
 
 def mutation_digest(mutation: Record) -> str:

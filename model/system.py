@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from . import ids
 from . import tables as T
@@ -228,12 +228,12 @@ def clock_floor(state: State, ctx: Ctx, run_id: str, leases: list[Record | None]
 
 
 def at_epoch(step: Record, receipt: Record) -> bool:
-    return (step["status"] == "ready" and step["version"] == receipt["stepRunVersion"]
-            and step["stepRunDigest"] == receipt["stepRunDigest"])
+    return bool(step["status"] == "ready" and step["version"] == receipt["stepRunVersion"]
+                and step["stepRunDigest"] == receipt["stepRunDigest"])
 
 
 def at_running_epoch(step: Record, receipt: Record) -> bool:
-    return step["status"] == "running" and step["version"] == receipt["stepRunVersion"] + 1
+    return bool(step["status"] == "running" and step["version"] == receipt["stepRunVersion"] + 1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ SYSTEM: Record = {"type": "system"}
 def _args(ctx: Ctx, args: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
     fail = Failer(ctx.family.invalid or "", "page_invalid" if ctx.command.endswith("_page") else "argument_invalid")
     exact_keys(args, required, optional, fail, f"{ctx.command} arguments")
-    return args
+    return cast(dict[str, Any], args)
 
 
 def _require(ctx: Ctx, ok: bool, message: str) -> None:
@@ -386,8 +386,8 @@ def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         ctx.fire(f"step:admit.{m['stepRun']['status']}")
     tx.table("admissions")[plan["planDigest"]] = {"planDigest": plan["planDigest"], "plan": plan,
                                                   "receipt": bundle["receipt"]}
-    for e in admission_step_entries(plan, bundle):
-        tx.table("admission_steps")[(e["planDigest"], e["stepKey"])] = e
+    for step_entry in admission_step_entries(plan, bundle):
+        tx.table("admission_steps")[(step_entry["planDigest"], step_entry["stepKey"])] = step_entry
     ctx.fire("run:admit")
     return {"status": "created", "receipt": bundle["receipt"]}, tx.commit()
 
@@ -521,7 +521,7 @@ def _mutate(ctx: Ctx, tx: Tx, counter: RunCounter, step: Record, to: str, actor:
         raise ctx.unavailable("resolution_failed", e.message) from e
     counter.next()
     put_mutation(tx, m)
-    return m["stepRun"]
+    return cast(Record, m["stepRun"])
 
 
 def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
@@ -959,7 +959,7 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
                 "runVersion": run["version"], "runEventSequence": run["eventSequence"],
                 "observedAtMs": ctx.now}, state
     steps = load_steps(state, ctx, loaded)
-    active = []
+    active: list[Record] = []
     leases = []
     for a in sorted(state.attempts_of_run(run["id"]), key=lambda a: a["id"]):
         if a["status"] not in T.ACTIVE_ATTEMPT:
@@ -976,9 +976,9 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
                                     "observedAtMs": ctx.now}, explain=explain)
     except QlwfError as e:
         raise ctx.unavailable("resolution_failed", e.message) from e
-    for entry in active:
-        a = entry["attempt"]
-        ctx.fire(f"cancel.attempt:{a['status']}/{entry['leaseStatus']}")
+    for active_entry in active:
+        fired = active_entry["attempt"]
+        ctx.fire(f"cancel.attempt:{fired['status']}/{active_entry['leaseStatus']}")
     kind = "timeout" if run["cancelReason"] == "timeout" else "other"
     for s in steps:
         ctx.fire(cancel_step_witness(explain[s["id"]], s["status"], kind))
