@@ -11,11 +11,14 @@ connection died after COMMIT was sent (`ambiguous`, a lost commit response durin
 looked up in durable state: it committed a write exactly when the store holds an event created at
 its observation time (observation times are unique; an admission's events carry the plan's time, so
 an admission committed exactly when its Run exists and no acknowledged admission created it). A
-committed one is replayed without an outcome to compare; one that wrote nothing is left out.
+committed one is replayed without an outcome to compare; one that wrote nothing is left out. A plain
+lease renewal writes no event, so for its lost commit response the log is no evidence: the judge
+replays both choices (`SILENT_COMMANDS`) and accepts the history if one of them is legal.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -39,11 +42,19 @@ def is_storage_level(entry: TransactionLog) -> bool:
     return error is not None and error["reason"] in STORAGE_REASONS
 
 
-def replayable(log: Iterable[TransactionLog], snapshot: Snapshot | None = None) -> list[TransactionLog]:
+# Commands that can commit without writing an event (a plain lease renewal): for an ambiguous one the
+# event log is no evidence either way, so the judge tries both (replay_problems).
+SILENT_COMMANDS = frozenset({"renew_lease"})
+MAX_UNDECIDED = 8  # 2^8 replays at most; more undecided lost commits are reported as such
+
+
+def replayable(log: Iterable[TransactionLog], snapshot: Snapshot | None = None,
+               assume_committed: frozenset[int] = frozenset()) -> list[TransactionLog]:
     """The transactions with a model counterpart, in observation-time order (`snapshot` resolves
-    the ambiguous ones; without it they are left out)."""
+    the ambiguous ones; without it they are left out; `assume_committed` adds ambiguous entries by id)."""
     entries = [e for e in log if e.now is not None]
     committed = committed_ambiguous(entries, snapshot) if snapshot is not None else set()
+    committed |= assume_committed
     return sorted((e for e in entries if (id(e) in committed if e.ambiguous else not is_storage_level(e))),
                   key=lambda e: e.now or 0)
 
@@ -98,9 +109,39 @@ def event_problems(snapshot: Snapshot) -> list[str]:
     return problems
 
 
+def undecided_ambiguous(log: list[TransactionLog], snapshot: Snapshot) -> list[TransactionLog]:
+    """Ambiguous transactions that the stored events cannot decide: silent commands not evidenced."""
+    entries = [e for e in log if e.now is not None]
+    evidenced = committed_ambiguous(entries, snapshot)
+    return [e for e in entries if e.ambiguous and e.name in SILENT_COMMANDS and id(e) not in evidenced]
+
+
 def replay_problems(log: list[TransactionLog], snapshot: Snapshot) -> tuple[list[str], int]:
-    """Replay through the model; (problems, number of transactions replayed)."""
-    entries, early = split_unseen_runs(replayable(log, snapshot))
+    """Replay through the model; (problems, number of transactions replayed).
+
+    A lost commit response of a silent command leaves no trace in the event log, so each such one
+    may or may not have committed: the history is legal if some choice replays without a problem
+    (the first such choice, fewest assumed commits first, is the one reported)."""
+    undecided = undecided_ambiguous(log, snapshot)
+    if len(undecided) > MAX_UNDECIDED:
+        problems, n = _replay_problems(log, snapshot, frozenset())
+        return [f"{len(undecided)} undecidable lost commit responses (more than {MAX_UNDECIDED}); judged as "
+                "not committed", *problems], n
+    ids = [id(e) for e in undecided]
+    choices = [frozenset(c) for size in range(len(ids) + 1) for c in itertools.combinations(ids, size)]
+    first = _replay_problems(log, snapshot, choices[0])  # the empty choice: nothing assumed
+    if not first[0]:
+        return first
+    for choice in choices[1:]:
+        problems, n = _replay_problems(log, snapshot, choice)
+        if not problems:
+            return problems, n
+    return first
+
+
+def _replay_problems(log: list[TransactionLog], snapshot: Snapshot,
+                     assume_committed: frozenset[int]) -> tuple[list[str], int]:
+    entries, early = split_unseen_runs(replayable(log, snapshot, assume_committed))
     problems: list[str] = []
     times = [e.now for e in entries]
     if len(set(times)) != len(times):

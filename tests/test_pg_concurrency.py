@@ -13,6 +13,7 @@ from qlwf.conformance.concurrency_history import replay_problems
 from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.postgres.adapter import TransactionLog
 from qlwf.impl.postgres.server import PgServer
+from qlwf.model.invariants import consistent_binding
 
 from qlwf.cmd_conform import register
 
@@ -75,3 +76,32 @@ def test_replay_reports_an_outcome_the_model_does_not_give() -> None:
     assert len(problems) == 1 and "the model gives" in problems[0]
     problems, _ = replay_problems(log[:1], model.snapshot())
     assert problems and "does not reproduce the stored state" in problems[0]
+
+
+def test_a_lost_commit_response_of_a_silent_renewal_is_decided_by_replay() -> None:
+    """A renewal writes no event, so the event log cannot tell whether a renewal whose commit
+    response was lost committed: the judge accepts the history if either choice replays."""
+    plan = plans.make_plan("run-1", "plan-1", {"a": []}, 1000)
+    model = ModelPort(1000)
+    log = [TransactionLog("admit_workflow", {"plan": plan}, {"ok": model.execute("admit_workflow", {"plan": plan},
+                                                                                   now=1000)}, 1000)]
+    step = plan["steps"][0]
+    admit_args = {"runId": "run-1", "stepRunId": step["stepRunId"], "binding": consistent_binding(plan, step)}
+    admitted = model.execute("admit_task_attempt", admit_args, now=1010)
+    log.append(TransactionLog("admit_task_attempt", admit_args, {"ok": admitted}, 1010))
+    claim = {"attemptId": admitted["attempt"]["id"], "workerId": "w1", "durationMs": 30000}
+    log.append(TransactionLog("claim_lease", claim, {"ok": model.execute("claim_lease", claim, now=1020)}, 1020))
+    renew = {"attemptId": claim["attemptId"], "workerId": "w1", "leaseGeneration": 1, "durationMs": 30000}
+    model.execute("renew_lease", renew, now=1030)  # committed, but its answer is lost
+    lost = {"error": {"class": "Unavailable", "code": "X", "reason": "storage_unreachable"}}
+    log.append(TransactionLog("renew_lease", renew, lost, 1030, True))
+    log.append(TransactionLog("renew_lease", renew, {"ok": model.execute("renew_lease", renew, now=1040)}, 1040))
+    assert replay_problems(log, model.snapshot()) == ([], 5)
+    # A store that lacks the lost renewal contradicts the acknowledged answer of the next one
+    # (lease version 3): neither choice replays, and the history is reported.
+    without = ModelPort(1000)
+    for entry in log:
+        if not entry.ambiguous:
+            without.execute(entry.name, entry.args, now=entry.now)
+    problems, _ = replay_problems(log, without.snapshot())
+    assert problems and "the model gives" in problems[0]
