@@ -29,7 +29,6 @@ _DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this lo
 
 # What a terminal or a line-oriented reader could take as a line break or a control sequence.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_LONG_DIGITS = re.compile(rf"[0-9]{{{_DOUBLE_DIGITS},}}")  # an integer literal that may exceed a double
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 INPUTS = {
@@ -87,13 +86,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
+    """Nesting beyond MAX_DEPTH, level by level (the parser builds only exact dicts and lists)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > MAX_DEPTH:
             return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        below: list[Any] = []
+        for node in level:
+            below += [c for c in (node.values() if type(node) is dict else node) if type(c) is dict or type(c) is list]
+        level = below
     return False
 
 
@@ -125,17 +128,16 @@ def _members_match(text: str, value: Any) -> bool:
 
 
 def _fast_parse(text: str, floats: list[str]) -> Any | None:
-    """The common case at C speed: no repeated key, no integer literal near a double's range.
-    None means "not sure": the checking decoder then decides, and words the error."""
-    if _LONG_DIGITS.search(text) is not None:
-        return None
+    """The common case at C speed (plain dicts, no pairs hook): None means "not sure" (a repeated
+    key may have been dropped, or the text is invalid); the checking decoder then decides, and words
+    the error. Integer literals still go through `_bounded_int` (cheaper than scanning the text)."""
 
     def parse_float(literal: str) -> float:
         floats.append(literal)
         return _finite_float(literal)
 
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float, parse_int=_bounded_int)
     except (ValueError, RecursionError):
         return None
     return value if _members_match(text, value) else None
