@@ -48,8 +48,9 @@ class Capabilities:
 class DriverConnection:
     """Requests with ids, responses checked against the protocol's shapes."""
 
-    def __init__(self, command: Sequence[str], timeout_s: float) -> None:
-        self.process = DriverProcess(command, timeout_s)
+    def __init__(self, command: Sequence[str], timeout_s: float,
+                 transcript: list[tuple[str, str]] | None = None) -> None:
+        self.process = DriverProcess(command, timeout_s, transcript=transcript)
         self._next_id = 0
         try:
             self.capabilities = self._hello()
@@ -81,7 +82,7 @@ class DriverConnection:
     def expect_keys(self, kind: str, body: Record, required: set[str], optional: frozenset[str] = frozenset()) -> None:
         missing, extra = required - set(body), set(body) - required - optional
         if missing or extra:
-            self._breach(f"a {kind} response with missing keys {sorted(missing)} / unexpected keys {sorted(extra)}")
+            self._breach(f"{kind} response: missing keys {sorted(missing)}, unexpected keys {sorted(extra)}")
 
     def _hello(self) -> Capabilities:
         try:
@@ -202,10 +203,11 @@ class ExecBackend:
     """BackendFactory of `--backend exec`: one driver process, a `reset` store per trace."""
 
     def __init__(self, command: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                 batch_snapshots: bool = True) -> None:
+                 batch_snapshots: bool = True, transcript: list[tuple[str, str]] | None = None) -> None:
         self.command = list(command)
         self.timeout_s = timeout_s
         self.batch_snapshots = batch_snapshots
+        self.transcript = transcript  # records the wire (tests, docs/protocol.md's worked example)
         self.connection: DriverConnection | None = None
         self.failure: DriverFailure | None = None
 
@@ -214,7 +216,7 @@ class ExecBackend:
             raise self.failure
         try:
             if self.connection is None:
-                self.connection = DriverConnection(self.command, self.timeout_s)
+                self.connection = DriverConnection(self.command, self.timeout_s, self.transcript)
             elif self.connection.process.failure is not None:
                 raise self.connection.process.failure
             try:

@@ -55,12 +55,14 @@ def _parse_constant(name: str) -> Any:
 class DriverProcess:
     """One started driver: `exchange(request)` writes a line and reads the answer line."""
 
-    def __init__(self, command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None,
+                 transcript: list[tuple[str, str]] | None = None) -> None:
         if not command:
             raise ValueError("empty driver command")
         self.command = list(command)
         self.timeout_s = timeout_s
         self.last_request = ""
+        self.transcript = transcript  # when a list: every line sent (">") and received ("<"), in order
         self._buffer = b""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _release) — a file, not a pipe: a chatty driver can never block on it
         try:
@@ -90,6 +92,8 @@ class DriverProcess:
                        f"{_clip(early.decode(errors='replace'))}")
         self._write(line, deadline)
         raw = self._read_line(deadline)
+        if self.transcript is not None:
+            self.transcript += [(">", line.decode().rstrip("\n")), ("<", raw.decode(errors="replace"))]
         try:
             message = json.loads(raw, parse_constant=_parse_constant)
         except ValueError as e:  # UnicodeDecodeError is a ValueError too
