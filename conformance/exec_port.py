@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qlwf.impl.driver_protocol import PROTOCOL
+from qlwf.impl.driver_protocol import PROTOCOL, package_version
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
 from qlwf.model.errors import ERROR_CLASSES, Unavailable, error_from_json
 
@@ -29,7 +29,7 @@ from .exec_process import DriverFailure, DriverProcess
 
 DEFAULT_TIMEOUT_S = 10.0
 POSTGRES_TIMEOUT_S = 60.0  # the first request may wait for a throwaway cluster to start
-HARNESS = {"name": "qlwf", "version": "1"}
+HARNESS = {"name": "qlwf", "version": package_version()}
 _SNAPSHOT_KEYS = frozenset(SNAPSHOT_KINDS)
 
 
