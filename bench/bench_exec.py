@@ -1,8 +1,9 @@
 """Per-step cost of the process boundary: lockstep over the SQLite driver vs in-process SQLite.
 
 The same traces (fixed seeds) run in lockstep against the in-process SQLite backend and against
-`python -m qlwf.impl.sqlite.driver` over qlwf-backend@1, with the snapshot batched into the apply
-response (the default) and without (one extra round trip per step). Driver start-up is measured
+`python -m qlwf.impl.sqlite.driver` over qlwf-backend@1 with each read-back of the state: the
+changes in the apply response (the default), the full snapshot in it, or a snapshot request of its
+own (the naive protocol, two round trips per step). Driver start-up is measured
 apart: each run starts its driver before the clock starts. The sets are interleaved and repeated,
 and the best of the repeats is reported (the machine is shared).
 
@@ -65,13 +66,13 @@ def main() -> None:
     traces = runner.corpus_traces() + list(runner.generated_traces(args.traces, args.seed))
     variants: dict[str, Callable[[], SqliteBackend | exec_port.ExecBackend]] = {
         "in-process": SqliteBackend,
-        "driver": lambda: exec_port.ExecBackend(exec_port.reference_driver("sqlite")),
-        "driver, unbatched": lambda: exec_port.ExecBackend(exec_port.reference_driver("sqlite"),
-                                                          batch_snapshots=False),
+        **{f"driver, {mode}": (lambda mode=mode: exec_port.ExecBackend(exec_port.reference_driver("sqlite"),
+                                                                       read_back=mode))
+           for mode in exec_port.READ_BACK},
     }
     print(f"corpus + {args.traces} generated traces (seed {args.seed}), best of {args.repeats}")
     print(f"driver start-up (spawn + hello + reset): {min(startup_seconds() for _ in range(3)) * 1000:.0f} ms")
-    print(f"{'invariants':<11} {'backend':<18} {'steps':>6} {'steps/s':>8} {'slowdown':>9} {'ms/step added':>14}")
+    print(f"{'invariants':<11} {'backend':<20} {'steps':>6} {'steps/s':>8} {'slowdown':>9} {'ms/step added':>14}")
     for invariants in (False, True):
         best: dict[str, float] = {}
         count = 0
@@ -82,7 +83,7 @@ def main() -> None:
         base = best["in-process"]
         for name, rate in best.items():
             added = (1 / rate - 1 / base) * 1000
-            print(f"{'every step' if invariants else 'off':<11} {name:<18} {count:>6} {rate:>8.0f} "
+            print(f"{'every step' if invariants else 'off':<11} {name:<20} {count:>6} {rate:>8.0f} "
                   f"{base / rate:>8.2f}x {added:>14.3f}")
 
 

@@ -7,8 +7,9 @@ driver offers the hook. The driver's answers are checked message by message agai
 a breach is a `DriverFailure` (the lockstep reports it as a `driver` divergence), after which the
 driver is dead and the run stops: the next `open()` raises the same failure.
 
-With `snapshotWithApply`, an `apply` asks for the snapshot too (`snapshot: true`) and the port
-answers the harness's following `snapshot()` from it: one round trip per step instead of two.
+With `snapshotChanges` (else `snapshotWithApply`), an `apply` asks for the state too and the port
+answers the harness's following `snapshot()` from it: one round trip per step instead of two, and
+with changes a response of the records the command touched instead of the whole store.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from qlwf.impl.driver_protocol import PROTOCOL, package_version
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
+from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import ERROR_CLASSES, Unavailable, error_from_json
+from qlwf.model.replay import KIND_KEYS
 
 from . import backends
 from .exec_process import DriverFailure, DriverProcess
@@ -31,6 +34,13 @@ DEFAULT_TIMEOUT_S = 10.0
 POSTGRES_TIMEOUT_S = 60.0  # the first request may wait for a throwaway cluster to start
 HARNESS = {"name": "qlwf", "version": package_version()}
 _SNAPSHOT_KEYS = frozenset(SNAPSHOT_KINDS)
+# How the state is read back after a command: the changes with the apply response, the full
+# snapshot with it, or a snapshot request of its own (the naive protocol: two round trips a step).
+READ_BACK = ("changes", "snapshot", "request")
+
+
+def record_key(kind: str, record: Record) -> tuple[Any, ...]:
+    return tuple(record.get(k) for k in KIND_KEYS[kind])
 
 
 class DriverRefused(RuntimeError):
@@ -42,6 +52,7 @@ class Capabilities:
     driver: str
     commands: frozenset[str]
     snapshot_with_apply: bool
+    snapshot_changes: bool
     fault_hooks: frozenset[str]
 
 
@@ -51,6 +62,7 @@ class DriverConnection:
     def __init__(self, command: Sequence[str], timeout_s: float,
                  transcript: list[tuple[str, str]] | None = None) -> None:
         self.process = DriverProcess(command, timeout_s, transcript=transcript)
+        self.deferred: DriverFailure | None = None  # found while a port closed; raised by the factory
         self._next_id = 0
         try:
             self.capabilities = self._hello()
@@ -64,25 +76,26 @@ class DriverConnection:
         rid = self._next_id
         response = self.process.exchange({"id": rid, "type": kind, **fields})
         if response.get("id") != rid or type(response.get("id")) is not int:
-            self._breach(f"the response id {response.get('id')!r} does not echo the request id {rid}")
+            self.fail(f"the response id {response.get('id')!r} does not echo the request id {rid}")
         if response.get("type") != kind:
-            self._breach(f"a {kind} request was answered with type {response.get('type')!r}")
+            self.fail(f"a {kind} request was answered with type {response.get('type')!r}")
         body = {k: v for k, v in response.items() if k not in ("id", "type")}
         if "failure" in body:
             failure = body["failure"]
             if set(body) != {"failure"} or not isinstance(failure, dict) or not isinstance(failure.get("message"),
                                                                                        str):
-                self._breach("a failure response must be exactly {id, type, failure: {message}}")
+                self.fail("a failure response must be exactly {id, type, failure: {message}}")
             raise DriverRefused(f"the driver failed the {kind} request: {failure['message']}")
         return body
 
-    def _breach(self, message: str) -> Any:
+    def fail(self, message: str) -> NoReturn:
+        """A protocol breach: the driver is killed and reaped, and `DriverFailure` raised."""
         self.process.fail("protocol", message)
 
     def expect_keys(self, kind: str, body: Record, required: set[str], optional: frozenset[str] = frozenset()) -> None:
         missing, extra = required - set(body), set(body) - required - optional
         if missing or extra:
-            self._breach(f"{kind} response: missing keys {sorted(missing)}, unexpected keys {sorted(extra)}")
+            self.fail(f"{kind} response: missing keys {sorted(missing)}, unexpected keys {sorted(extra)}")
 
     def _hello(self) -> Capabilities:
         try:
@@ -91,35 +104,36 @@ class DriverConnection:
             self.process.fail("refused", str(e))
         self.expect_keys("hello", body, {"protocol", "driver", "capabilities"})
         if body["protocol"] != PROTOCOL:
-            self._breach(f"the driver speaks {body['protocol']!r}, the harness {PROTOCOL!r}")
+            self.fail(f"the driver speaks {body['protocol']!r}, the harness {PROTOCOL!r}")
         driver, caps = body["driver"], body["capabilities"]
         if not (isinstance(driver, dict) and isinstance(driver.get("name"), str)
                 and isinstance(driver.get("version"), str)):
-            self._breach("hello.driver must be {name, version} strings")
+            self.fail("hello.driver must be {name, version} strings")
         if not isinstance(caps, dict):
-            self._breach("hello.capabilities must be an object")
+            self.fail("hello.capabilities must be an object")
         self.expect_keys("hello.capabilities", caps,
-                         {"commands", "snapshot", "snapshotWithApply", "clockInjection", "faultHooks"})
+                         {"commands", "snapshot", "snapshotWithApply", "snapshotChanges", "clockInjection",
+                          "faultHooks"})
         for key in ("commands", "faultHooks"):
             if not (isinstance(caps[key], list) and all(isinstance(c, str) for c in caps[key])):
-                self._breach(f"hello.capabilities.{key} must be a list of strings")
-        for key in ("snapshot", "snapshotWithApply", "clockInjection"):
+                self.fail(f"hello.capabilities.{key} must be a list of strings")
+        for key in ("snapshot", "snapshotWithApply", "snapshotChanges", "clockInjection"):
             if type(caps[key]) is not bool:
-                self._breach(f"hello.capabilities.{key} must be a boolean")
+                self.fail(f"hello.capabilities.{key} must be a boolean")
         # Lockstep compares the durable state after every step at the harness's time: both are required.
         if not caps["snapshot"] or not caps["clockInjection"]:
             self.process.fail("refused", "lockstep conformance needs snapshot and clockInjection; the driver "
                                          f"offers snapshot={caps['snapshot']}, clockInjection={caps['clockInjection']}")
         return Capabilities(f"{driver['name']} {driver['version']}", frozenset(caps["commands"]),
-                            caps["snapshotWithApply"], frozenset(caps["faultHooks"]))
+                            caps["snapshotWithApply"], caps["snapshotChanges"], frozenset(caps["faultHooks"]))
 
     def check_snapshot(self, snapshot: Any) -> Snapshot:
         if not isinstance(snapshot, dict) or set(snapshot) != _SNAPSHOT_KEYS:
             keys = sorted(snapshot) if isinstance(snapshot, dict) else type(snapshot).__name__
-            self._breach(f"a snapshot must have exactly the kinds {list(SNAPSHOT_KINDS)}, got {keys}")
+            self.fail(f"a snapshot must have exactly the kinds {list(SNAPSHOT_KINDS)}, got {keys}")
         for kind, records in snapshot.items():
             if not isinstance(records, list) or not all(type(r) is dict for r in records):
-                self._breach(f"snapshot.{kind} must be a list of record objects")
+                self.fail(f"snapshot.{kind} must be a list of record objects")
         return snapshot
 
     def check_outcome(self, outcome: Any) -> Record:
@@ -132,7 +146,7 @@ class DriverConnection:
                     and set(error) <= {"class", "code", "reason", "message"}
                     and isinstance(error.get("message", ""), str)):
                 return outcome
-        return self._breach('an apply outcome must be {"ok": {...}} or {"error": {class, code, reason[, message]}}')
+        self.fail('an apply outcome must be {"ok": {...}} or {"error": {class, code, reason[, message]}}')
 
     def close(self) -> None:
         """`close`, then the process is given the timeout to exit and is killed if it has not."""
@@ -144,13 +158,29 @@ class DriverConnection:
 
 
 class ExecPort(CommandPort):
-    """One trace's store inside the driver."""
+    """One trace's store inside the driver.
 
-    def __init__(self, connection: DriverConnection, batch_snapshots: bool = True) -> None:
+    With `snapshotChanges` the port keeps the driver's state as last reported and applies the
+    changes each `apply` returns; at `close` it asks for the full snapshot once and requires it to
+    be that state exactly (canonical JSON), so a wrong change list can never hide a difference.
+    """
+
+    def __init__(self, connection: DriverConnection, read_back: str = "changes") -> None:
+        if read_back not in READ_BACK:
+            raise ValueError(f"read_back must be one of {READ_BACK}")
         self.clock = FixedClock()
         self.connection = connection
-        self.batch = batch_snapshots and connection.capabilities.snapshot_with_apply
+        caps = connection.capabilities
+        # the cheapest read-back the driver offers, no cheaper than asked: changes > snapshot > request
+        if read_back == "changes" and not caps.snapshot_changes:
+            read_back = "snapshot"
+        if read_back == "snapshot" and not caps.snapshot_with_apply:
+            read_back = "request"
+        self.batch: bool | str = {"changes": "changes", "snapshot": True, "request": False}[read_back]
         self._pending: Snapshot | None = None  # the snapshot returned with the last apply, unread
+        self._state: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
+        self._lists: Snapshot = {k: [] for k in SNAPSHOT_KINDS}
+        self._unverified = False  # state built from changes since the last full snapshot
         self._closed = False
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
@@ -162,11 +192,14 @@ class ExecPort(CommandPort):
         self.set_step_time(now)
         self._pending = None
         body = self.connection.request("apply", command=name, args=args, atMs=self.clock.value,
-                                       **({"snapshot": True} if self.batch else {}))
-        self.connection.expect_keys("apply", body, {"outcome", "snapshot"} if self.batch else {"outcome"})
+                                       **({"snapshot": self.batch} if self.batch else {}))
+        state_key = {True: "snapshot", "changes": "changes"}.get(self.batch)
+        self.connection.expect_keys("apply", body, {"outcome", state_key} if state_key else {"outcome"})
         outcome = self.connection.check_outcome(body["outcome"])
-        if self.batch:
-            self._pending = self.connection.check_snapshot(body["snapshot"])
+        if state_key == "snapshot":
+            self._pending = self._adopt(self.connection.check_snapshot(body["snapshot"]))
+        elif state_key == "changes":
+            self._pending = self._apply_changes(body["changes"])
         if "error" in outcome:
             raise error_from_json(outcome["error"])
         return outcome["ok"]
@@ -176,13 +209,65 @@ class ExecPort(CommandPort):
         if self._pending is not None:
             snapshot, self._pending = self._pending, None
             return snapshot
+        return self._adopt(self._full_snapshot())
+
+    def _full_snapshot(self) -> Snapshot:
         body = self.connection.request("snapshot")
         self.connection.expect_keys("snapshot", body, {"snapshot"})
         return self.connection.check_snapshot(body["snapshot"])
 
+    def _adopt(self, snapshot: Snapshot) -> Snapshot:
+        """A full snapshot is the new base of later changes (the driver's too)."""
+        self._lists = snapshot
+        self._state = {kind: {record_key(kind, r): r for r in records} for kind, records in snapshot.items()}
+        self._unverified = False
+        return snapshot
+
+    def _apply_changes(self, changes: Any) -> Snapshot:
+        if not isinstance(changes, list):
+            self.connection.fail("changes must be a list")
+        touched: set[str] = set()
+        for change in changes:
+            if not (isinstance(change, dict) and set(change) == {"kind", "key", "record"}
+                    and change["kind"] in self._state and isinstance(change["key"], list)):
+                self.connection.fail(f"a change must be {{kind, key, record}} of a snapshot kind: {change!r:.200}")
+            kind, key, record = change["kind"], tuple(change["key"]), change["record"]
+            index = self._state[kind]
+            if record is None:
+                if index.pop(key, None) is None:
+                    self.connection.fail(f"a change removes {kind} {list(key)}, which is not in the state")
+            elif type(record) is not dict or record_key(kind, record) != key:
+                self.connection.fail(f"a {kind} change's record is not an object with key {list(key)}")
+            else:
+                index[key] = record
+            touched.add(kind)
+        lists = dict(self._lists)
+        try:
+            for kind in touched:  # each list in key order, as a snapshot lists it (commands.md §1.3)
+                lists[kind] = [self._state[kind][k] for k in sorted(self._state[kind])]
+        except TypeError:
+            self.connection.fail("record keys of mixed types cannot be ordered")
+        self._lists = lists
+        self._unverified = self._unverified or bool(changes)
+        return lists
+
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         self._pending = None
+        if self._unverified and self.connection.process.failure is None:
+            # Not raised here: the trace's own report comes first; the factory raises it next.
+            try:
+                full = self._full_snapshot()
+            except (DriverFailure, DriverRefused) as e:
+                self.connection.deferred = e if isinstance(e, DriverFailure) else self.connection.process.poison(
+                    "refused", str(e))
+                return
+            if canonical_json(full) != canonical_json(self._lists):
+                self.connection.deferred = self.connection.process.poison(
+                    "protocol", "the snapshot changes reported during the trace add up to a different state "
+                                "than the driver's full snapshot at its end")
 
     def _check_open(self) -> None:
         if self._closed:
@@ -203,10 +288,10 @@ class ExecBackend:
     """BackendFactory of `--backend exec`: one driver process, a `reset` store per trace."""
 
     def __init__(self, command: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                 batch_snapshots: bool = True, transcript: list[tuple[str, str]] | None = None) -> None:
+                 read_back: str = "changes", transcript: list[tuple[str, str]] | None = None) -> None:
         self.command = list(command)
         self.timeout_s = timeout_s
-        self.batch_snapshots = batch_snapshots
+        self.read_back = read_back
         self.transcript = transcript  # records the wire (tests, docs/protocol.md's worked example)
         self.connection: DriverConnection | None = None
         self.failure: DriverFailure | None = None
@@ -218,7 +303,7 @@ class ExecBackend:
             if self.connection is None:
                 self.connection = DriverConnection(self.command, self.timeout_s, self.transcript)
             elif self.connection.process.failure is not None:
-                raise self.connection.process.failure
+                raise self.connection.deferred or self.connection.process.failure
             try:
                 self.connection.expect_keys("reset", self.connection.request("reset"), set())
             except DriverRefused as e:
@@ -227,12 +312,14 @@ class ExecBackend:
             self.failure = e
             raise
         port_class = ExecFaultPort if "corrupt" in self.connection.capabilities.fault_hooks else ExecPort
-        return port_class(self.connection, self.batch_snapshots)
+        return port_class(self.connection, self.read_back)
 
     def shutdown(self) -> None:
         if self.connection is not None:
             connection, self.connection = self.connection, None
             connection.close()
+            if connection.deferred is not None and self.failure is None:
+                raise connection.deferred
 
 
 def unconfigured() -> ExecBackend:
@@ -254,10 +341,10 @@ def postgres_driver() -> ExecBackend:
 
 
 def register_driver(name: str, command: str | Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                    batch_snapshots: bool = True) -> None:
+                    read_back: str = "changes") -> None:
     """Make backend `name` the driver `command` (a shell-like string or an argv list)."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if not argv:
         raise ValueError("empty driver command")
-    backends.register(name, lambda: ExecBackend(argv, timeout_s, batch_snapshots),
+    backends.register(name, lambda: ExecBackend(argv, timeout_s, read_back),
                       f"external driver {shlex.join(argv)} (qlwf-backend@1)")

@@ -142,6 +142,13 @@ class DriverProcess:
         """A breach found by the caller (a malformed response): kill, reap, raise."""
         self._fail(problem, message)
 
+    def poison(self, problem: str, message: str) -> DriverFailure:
+        """A breach found where raising would hide a report (closing a port): kill, reap, return it."""
+        try:
+            self._fail(problem, message)
+        except DriverFailure as e:
+            return e
+
     def _fail_exited(self, when: str) -> NoReturn:
         self._exited_within(1.0)  # let a dying driver finish dying, so its status is known
         self._terminate()

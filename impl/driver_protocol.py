@@ -20,8 +20,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, BinaryIO, Protocol
 
-from qlwf.impl.port import COMMAND_NAMES, CommandPort, FaultInjection
+from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FaultInjection, Record, Snapshot
 from qlwf.model.errors import QlwfError
+from qlwf.model.replay import KIND_KEYS
 
 PROTOCOL = "qlwf-backend@1"
 REQUEST_TYPES = ("hello", "reset", "apply", "snapshot", "corrupt", "close")
@@ -49,6 +50,8 @@ class Server:
         self.fault_hooks = fault_hooks
         self.port: CommandPort | None = None
         self.closed = False
+        # the state as last returned to the harness (snapshot or changes), by kind and key
+        self._sent: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
 
     def handle(self, request: Any) -> Message:
         if not isinstance(request, dict):
@@ -70,11 +73,13 @@ class Server:
             raise _Refused(f"this driver speaks {PROTOCOL}, not {request.get('protocol')!r}")
         return {"protocol": PROTOCOL, "driver": {"name": self.name, "version": self.version},
                 "capabilities": {"commands": list(COMMAND_NAMES), "snapshot": True, "snapshotWithApply": True,
-                                 "clockInjection": True, "faultHooks": list(self.fault_hooks)}}
+                                 "snapshotChanges": True, "clockInjection": True,
+                                 "faultHooks": list(self.fault_hooks)}}
 
     def _reset(self, _request: Message) -> Message:
         self._release()
         self.port = self.factory.open()
+        self._sent = {k: {} for k in SNAPSHOT_KINDS}
         return {}
 
     def _apply(self, request: Message) -> Message:
@@ -88,11 +93,27 @@ class Server:
             outcome = {"error": e.with_message()}
         body: Message = {"outcome": outcome}
         if request.get("snapshot") is True:
-            body["snapshot"] = port.snapshot()
+            body["snapshot"] = self._full(port.snapshot())
+        elif request.get("snapshot") == "changes":
+            body["changes"] = self._changes(port.snapshot())
         return body
 
     def _snapshot(self, _request: Message) -> Message:
-        return {"snapshot": self._store().snapshot()}
+        return {"snapshot": self._full(self._store().snapshot())}
+
+    def _full(self, snapshot: Snapshot) -> Snapshot:
+        self._sent = {kind: _by_key(kind, records) for kind, records in snapshot.items()}
+        return snapshot
+
+    def _changes(self, snapshot: Snapshot) -> list[Message]:
+        """Records added, changed (the new record) or removed (null) since the state last returned."""
+        changes: list[Message] = []
+        for kind, records in snapshot.items():
+            old, new = self._sent[kind], _by_key(kind, records)
+            changes += [{"kind": kind, "key": list(key), "record": r} for key, r in new.items() if old.get(key) != r]
+            changes += [{"kind": kind, "key": list(key), "record": None} for key in old.keys() - new.keys()]
+            self._sent[kind] = new
+        return changes
 
     def _corrupt(self, request: Message) -> Message:
         port = self._store()
@@ -120,6 +141,11 @@ class Server:
             self._release()
         finally:
             self.factory.shutdown()
+
+
+def _by_key(kind: str, records: list[Record]) -> dict[tuple[Any, ...], Record]:
+    keys = KIND_KEYS[kind]
+    return {tuple(r.get(k) for k in keys): r for r in records}
 
 
 def package_version() -> str:

@@ -134,6 +134,25 @@ def test_a_store_bug_is_caught_at_its_first_divergent_step(bug: str, trace_name:
     assert d.rules, "the report names the model rules that fired"
 
 
+def test_snapshot_changes_that_hide_a_store_bug_fail_the_run(reaped: None) -> None:
+    """The changes lie (the stored status is wrong, the reported one right): lockstep alone would pass;
+    the full snapshot at the end of the trace disagrees with them, so the run fails."""
+    seen: list[Any] = []
+    full = _corpus("adr0227-worker-protocol")
+    # ends at the damaging command: a later step without a command would read a full snapshot
+    # (and catch the lie at once, as a state divergence)
+    trace = Trace(full.description, full.initial_clock, full.steps[:_first_step(full, _succeeded_attempt) + 1], "cut")
+    exec_port.register_driver("broken", [*BROKEN, "hide-wrong-status"])
+    try:
+        with pytest.raises(DriverFailure, match="add up to a different state"):
+            runner.run_traces("broken", [trace], on_result=seen.append)
+    finally:
+        from qlwf.conformance import backends
+
+        backends.unregister("broken")
+    assert [r.passed for r in seen] == [True]  # what the lie alone would have earned
+
+
 def test_cli_reports_the_store_bug_like_a_built_in_backend(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     path = REPO / "conformance" / "corpus" / "adr0227-worker-protocol.json"
     expected = _first_step(_corpus("adr0227-worker-protocol"), _succeeded_attempt)
@@ -272,7 +291,7 @@ def test_protocol_doc_example_is_a_real_current_transcript(reaped: None) -> None
         sys.path.pop(0)
     lines = protocol_example.transcript()  # validates every message against its schema
     assert [json.loads(line)["type"] for d, line in lines if d == ">"] == [
-        "hello", "reset", "apply", "apply", "apply", "close"]
+        "hello", "reset", "apply", "apply", "apply", "snapshot", "close"]
     text = protocol_example.DOC.read_text(encoding="utf-8")
     assert protocol_example.updated(text, protocol_example.render(lines)) == text, \
         "stale: run python docs/protocol_example.py"

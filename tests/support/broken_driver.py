@@ -5,6 +5,7 @@
 Store bugs (the protocol is kept; the durable state goes wrong once, at the first chance):
   wrong-terminal-status  the first attempt completed as succeeded is stored as failed
   skip-sequence          the first command that appends events skips an event sequence number (a gap)
+  hide-wrong-status      wrong-terminal-status, but the snapshot changes report the attempt as succeeded
 Protocol bugs (at the Nth apply request, counted from 1):
   die-at:N      exit with status 3        hang-at:N     never answer (sleeps forever)
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
@@ -33,17 +34,18 @@ class BuggyStore(CommandPort):
         self.clock = self.inner.clock
         self.bug = bug
         self.done = False
+        self.damaged: str | None = None  # the attempt whose status was stored wrong
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
         events_before = len(self.inner.snapshot()["events"]) if self.bug == "skip-sequence" else 0
         result = self.inner.execute(name, args, now)
         if self.done:
             return result
-        if self.bug == "wrong-terminal-status" and name == "complete_attempt":
+        if self.bug in ("wrong-terminal-status", "hide-wrong-status") and name == "complete_attempt":
             attempt = next(a for a in self.inner.snapshot()["attempts"] if a["id"] == args["attemptId"])
             if attempt["status"] == "succeeded":
                 self.inner.corrupt("attempts", [attempt["id"]], {"status": "failed"})
-                self.done = True
+                self.done, self.damaged = True, attempt["id"]
         elif self.bug == "skip-sequence" and len(self.inner.snapshot()["events"]) > events_before:
             self.inner._conn.execute('UPDATE "RunEvents" SET sequence = sequence + 1 '
                                      'WHERE rowid = (SELECT max(rowid) FROM "RunEvents")')
@@ -91,6 +93,11 @@ def main() -> int:
         response = server.handle(request)
         if request.get("type") == "apply":
             applies += 1
+            damaged = getattr(server.port, "damaged", None)
+            if bug == "hide-wrong-status" and damaged:  # the lie: the stored "failed" reported as "succeeded"
+                for change in response.get("changes", ()):
+                    if change["kind"] == "attempts" and change["key"] == [damaged] and change["record"]:
+                        change["record"] = {**change["record"], "status": "succeeded"}
         if applies == at and request.get("type") == "apply":
             say(f"{name} at apply {at} (request id {request['id']})")
             if name == "die-at":
