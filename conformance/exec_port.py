@@ -31,6 +31,7 @@ from . import backends
 from .exec_process import DriverFailure, DriverProcess
 
 DEFAULT_TIMEOUT_S = 10.0
+CLOSE_GRACE_S = 2.0  # after answering close, a driver has released everything and only exits
 POSTGRES_TIMEOUT_S = 60.0  # the first request may wait for a throwaway cluster to start
 HARNESS = {"name": "qlwf", "version": package_version()}
 _SNAPSHOT_KEYS = frozenset(SNAPSHOT_KINDS)
@@ -149,12 +150,14 @@ class DriverConnection:
         self.fail('an apply outcome must be {"ok": {...}} or {"error": {class, code, reason[, message]}}')
 
     def close(self) -> None:
-        """`close`, then the process is given the timeout to exit and is killed if it has not."""
-        if self.process.failure is None:
-            # closing a broken driver: it is killed below either way
-            with contextlib.suppress(DriverFailure, DriverRefused):
-                self.expect_keys("close", self.request("close"), set())
-        self.process.finish(self.process.timeout_s)
+        """`close`, then the process has CLOSE_GRACE_S to exit and is terminated if it has not."""
+        try:
+            if self.process.failure is None:
+                # closing a broken driver: it is killed below either way
+                with contextlib.suppress(DriverFailure, DriverRefused):
+                    self.expect_keys("close", self.request("close"), set())
+        finally:  # an interrupt too: the driver is reaped on every path
+            self.process.finish(min(self.process.timeout_s, CLOSE_GRACE_S))
 
 
 class ExecPort(CommandPort):

@@ -9,11 +9,13 @@ group: a shell wrapper's children too) is then killed and reaped. Every exit pat
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -24,6 +26,7 @@ Message = dict[str, Any]
 MAX_LINE_BYTES = 256 * 1024 * 1024  # a snapshot is large but not this large: beyond, it is garbage
 STDERR_TAIL_BYTES = 4096
 _REPORT_REQUEST_CHARS = 600
+_PR_SET_PDEATHSIG = 1
 
 
 class DriverFailure(Exception):
@@ -48,6 +51,13 @@ class DriverFailure(Exception):
         return "\n".join(lines)
 
 
+def _terminate_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the harness thread that started it dies, even by
+    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _parse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -67,7 +77,8 @@ class DriverProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _release) — a file, not a pipe: a chatty driver can never block on it
         try:
             self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._stderr, env=env, start_new_session=True, bufsize=0)
+                                         stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
+                                         preexec_fn=_terminate_with_parent)
         except OSError as e:
             self._stderr.close()
             raise DriverFailure("exited", f"cannot start {self.command!r}: {e}") from e
@@ -208,10 +219,12 @@ class DriverProcess:
 
     def finish(self, grace_s: float) -> int:
         """Orderly end after `close`: stdin closed, `grace_s` to exit on its own, then killed; its status."""
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        self._exited_within(grace_s)
-        self.kill()
+        try:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            self._exited_within(grace_s)
+        finally:
+            self.kill()
         return self.proc.returncode
 
     def _release(self) -> None:

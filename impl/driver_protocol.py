@@ -50,6 +50,7 @@ class Server:
         self.fault_hooks = fault_hooks
         self.port: CommandPort | None = None
         self.closed = False
+        self._shut = False
         # the state as last returned to the harness (snapshot or changes), by kind and key
         self._sent: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
 
@@ -123,7 +124,9 @@ class Server:
         return {}
 
     def _close(self, _request: Message) -> Message:
+        # released before the answer: the harness gives a driver only a moment to exit after it
         self.closed = True
+        self.shutdown()
         return {}
 
     def _store(self) -> CommandPort:
@@ -137,6 +140,10 @@ class Server:
             port.close()
 
     def shutdown(self) -> None:
+        """Release the store and the factory; idempotent (close, then end of the loop)."""
+        if self._shut:
+            return
+        self._shut = True
         try:
             self._release()
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -236,6 +237,44 @@ def test_a_driver_that_cannot_start_is_reported(capsys: pytest.CaptureFixture[st
     code = cli.main(["conform", "--backend", "exec", "--driver", f'{sys.executable} -c "{script}"', "--traces", "1"])
     out = capsys.readouterr().out
     assert code == 1 and "driver exited" in out and "exit status 4" in out and "no such store" in out
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            # the driver has the marker as an argument of its own; qlwf (and its pool workers) inside --driver's
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, jobs: str) -> None:
+    """The driver never exits by itself (`linger`): only the harness can end it, also when the CLI
+    terminates its pool workers (they die at once; their drivers get SIGTERM as their parent dies)."""
+    marker = f"linger:{os.getpid()}-{jobs}"  # the driver's argument, to find its processes
+    proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
+                             " ".join([*BROKEN, marker]), "--traces", "400", "--jobs", jobs],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while len(_processes_with(marker)) < int(jobs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_with(marker), "the driver did not start"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + (5 if jobs != "1" else 0)  # qlwf reaps its own driver before it exits
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(marker) == []
 
 
 def test_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

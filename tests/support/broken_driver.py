@@ -11,6 +11,7 @@ Protocol bugs (at the Nth apply request, counted from 1):
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
   missing-keys-at:N  answer apply without its outcome
   early         write a response before the first request
+  linger[:TAG]  serve correctly, but never exit by itself after close or end of input
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
 """
 
@@ -80,7 +81,7 @@ def say(text: str) -> None:
 def main() -> int:
     bug = sys.argv[1]
     name, _, n = bug.partition(":")
-    at = int(n) if n else 0
+    at = int(n) if n.isdigit() else 0  # linger:TAG takes a tag to find the process by
     out = sys.stdout.buffer
     server = Server(Stores(bug), "qlwf-broken-sqlite", "0", ("corrupt",))
     if bug == "early":
@@ -118,6 +119,10 @@ def main() -> int:
         if server.closed:
             break
     server.shutdown()
+    if name == "linger":
+        say("lingering after the end of the session")
+        while True:
+            time.sleep(60)
     return 0
 
 
