@@ -105,6 +105,11 @@ def _with_driver(args: argparse.Namespace, run: Callable[[argparse.Namespace], i
     try:
         return run(args)
     except DriverFailure as e:  # the lockstep report of the failing step, if any, is printed already
+        if args.json:
+            print(json.dumps({"backend": args.backend, "passed": False, "aborted": True,
+                              "driverFailure": {"problem": e.problem, "message": e.message,
+                                                "lastRequest": e.last_request, "stderrTail": e.stderr_tail}},
+                             ensure_ascii=False))
         print(f"conform {args.backend}: FAIL — run aborted, the driver is broken:\n  "
               + str(e).replace("\n", "\n  "))
         return 1

@@ -195,6 +195,14 @@ def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem:
     assert "run aborted, the driver is broken" in out
 
 
+def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "garbage-at:1"]), "--traces",
+                     "2", "--json"])
+    report = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == 1 and report["passed"] is False and report["driverFailure"]["problem"] == "not_json"
+    assert "garbage-at at apply 1" in report["driverFailure"]["stderrTail"]
+
+
 def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.CaptureFixture[str],
                                                            reaped: None) -> None:
     code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "early"]), "--traces", "1",
@@ -229,7 +237,8 @@ def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
         factory.shutdown()
     d = result.divergence
     assert d is not None and (d.step_index, d.kind) == (3, "driver")
-    assert "driver exited" in d.message and "killed by SIGKILL" in d.message and "last request:" in d.message
+    assert "driver exited" in d.message and "killed by SIGKILL" in d.message
+    assert '"type":"apply","command":"claim_lease"' in d.message and "driver stderr (tail): (empty)" in d.message
 
 
 def test_a_driver_that_cannot_start_is_reported(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
