@@ -30,7 +30,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 class DriverFailure(Exception):
-    """The driver broke the protocol: `problem` is timeout | exited | not_json | protocol | refused."""
+    """The driver broke the protocol: `problem` is timeout | exited | not_json | protocol | refused
+    (or interrupted: the harness itself was interrupted mid-request)."""
 
     def __init__(self, problem: str, message: str, last_request: str = "", stderr_tail: str = "") -> None:
         super().__init__(problem, message, last_request, stderr_tail)
@@ -86,15 +87,34 @@ class DriverProcess:
         self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         os.set_blocking(self._in, False)
         self.failure: DriverFailure | None = None
+        self.interrupted = False
 
     # ---- the channel ----------------------------------------------------------------------------
     def exchange(self, request: Message, timeout_s: float | None = None) -> Message:
         """Send `request`, return the one response object; any breach kills the driver and raises."""
         if self.failure is not None:
             raise self.failure
+        if self.interrupted:
+            raise DriverFailure("interrupted", "the session was interrupted mid-request", self.last_request)
         line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         self.last_request = _clip(line.decode().rstrip("\n"))
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            return self._exchange(request, line, deadline)
+        except DriverFailure:
+            raise
+        except BaseException:
+            # Interrupted mid-exchange (a signal): the session is out of step for good. End it quietly,
+            # so the teardown that follows does not turn the interrupt into a driver failure.
+            self.interrupted = True
+            self.kill()
+            raise
+
+    @property
+    def usable(self) -> bool:
+        return self.failure is None and not self.interrupted
+
+    def _exchange(self, request: Message, line: bytes, deadline: float) -> Message:
         if self._buffer or self._readable(0.0):
             early = self._buffer or os.read(self._out, 1 << 16)
             if not early:

@@ -260,20 +260,22 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, jobs: str) -> None:
-    """The driver never exits by itself (`linger`): only the harness can end it, also when the CLI
-    terminates its pool workers (they die at once; their drivers get SIGTERM as their parent dies)."""
-    marker = f"linger:{os.getpid()}-{jobs}"  # the driver's argument, to find its processes
+@pytest.mark.parametrize(("bug", "jobs"), [("linger", "1"), ("linger", "2"), ("hang-at:5", "1")])
+def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jobs: str) -> None:
+    """`linger` never exits by itself: only the harness can end it, also when the CLI terminates its
+    pool workers (they die at once; their drivers get SIGTERM as their parent dies). `hang-at` has
+    the signal arrive while the harness waits for a response."""
+    marker = f"qlwf-exec-test-{os.getpid()}-{bug}-{jobs}"  # an extra argument, to find the driver by
     proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
-                             " ".join([*BROKEN, marker]), "--traces", "400", "--jobs", jobs],
+                             " ".join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
+                             "--driver-timeout", "60"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 30
         while len(_processes_with(marker)) < int(jobs) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _processes_with(marker), "the driver did not start"
-        time.sleep(0.5)
+        time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 128 + signal.SIGTERM
     finally:
