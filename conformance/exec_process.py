@@ -75,7 +75,8 @@ class DriverProcess:
         self.last_request = ""
         self.transcript = transcript  # when a list: every line sent (">") and received ("<"), in order
         self._buffer = b""
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _release) — a file, not a pipe: a chatty driver can never block on it
+        # stderr goes to a file, not a pipe: a chatty driver can never block on it (closed by _release)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
