@@ -43,6 +43,15 @@ class Capabilities:
     fault_hooks: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """A request sent and not yet answered."""
+
+    id: int
+    kind: str
+    deadline: float
+
+
 class DriverConnection:
     """Requests with ids, responses checked against the protocol's shapes."""
 
@@ -59,9 +68,16 @@ class DriverConnection:
 
     def request(self, kind: str, /, **fields: Any) -> Record:
         """One request/response; the response's own keys (id and type removed), or DriverRefused."""
+        return self.receive(self.send(kind, **fields))
+
+    def send(self, kind: str, /, **fields: Any) -> Ticket:
+        """Write a request now, for `receive` later (one at a time: the driver answers in order)."""
         self._next_id += 1
-        rid = self._next_id
-        response = self.process.exchange({"id": rid, "type": kind, **fields})
+        return Ticket(self._next_id, kind, self.process.send({"id": self._next_id, "type": kind, **fields}))
+
+    def receive(self, ticket: Ticket) -> Record:
+        rid, kind = ticket.id, ticket.kind
+        response = self.process.receive(ticket.deadline)
         if response.get("id") != rid or type(response.get("id")) is not int:
             self.fail(f"the response id {response.get('id')!r} does not echo the request id {rid}")
         if response.get("type") != kind:

@@ -14,6 +14,7 @@ with changes a response of the records the command touched instead of the whole 
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -21,10 +22,10 @@ from typing import Any
 
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
 from qlwf.model.canonical import canonical_json
-from qlwf.model.errors import Unavailable, error_from_json
+from qlwf.model.errors import QlwfError, Unavailable, error_from_json
 
 from . import backends
-from .exec_connection import DriverConnection, DriverRefused, record_key
+from .exec_connection import DriverConnection, DriverRefused, Ticket, record_key
 from .exec_process import DriverFailure
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -58,6 +59,7 @@ class ExecPort(CommandPort):
         self._state: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
         self._lists: Snapshot = {k: [] for k in SNAPSHOT_KINDS}
         self._unverified = False  # state built from changes since the last full snapshot
+        self._ahead: tuple[tuple[Any, ...], Ticket | DriverFailure] | None = None  # see prefetch
         self._closed = False
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
@@ -68,8 +70,50 @@ class ExecPort(CommandPort):
             raise DriverRefused(f"the driver does not implement {name}")
         self.set_step_time(now)
         self._pending = None
-        body = self.connection.request("apply", command=name, args=args, atMs=self.clock.value,
-                                       **({"snapshot": self.batch} if self.batch else {}))
+        return self._finish_apply(self._round_trip(*self._apply_request(name, args, self.clock.value)))
+
+    def snapshot(self) -> Snapshot:
+        self._check_open()
+        if self._pending is not None:
+            snapshot, self._pending = self._pending, None
+            return snapshot
+        return self._adopt(self._full_snapshot())
+
+    def prefetch(self, step: Record, now: int) -> None:
+        """Lockstep's hint of its next step: sent now, so the driver runs it while the harness checks
+        this one. At most one request is ahead; the call that follows must be that step's."""
+        if self._closed or self._ahead is not None or not self.connection.process.usable:
+            return
+        if step["op"] == "command":
+            if step["name"] not in self.connection.capabilities.commands or type(now) is not int or now < 0:
+                return
+            key, fields = self._apply_request(step["name"], step["args"], now)
+        elif step["op"] == "advance_time":  # nothing to run: the read-back of the state
+            key, fields = ("snapshot",), {}
+        else:
+            return
+        try:
+            ticket: Ticket | DriverFailure = self.connection.send(key[0], **fields)
+        except DriverFailure as e:  # reported by the call it belongs to
+            ticket = e
+        self._ahead = (key, ticket)
+
+    def _apply_request(self, name: str, args: Any, at: int) -> tuple[tuple[Any, ...], Record]:
+        flag = {"snapshot": self.batch} if self.batch else {}
+        return ("apply", name, args, at), {"command": name, "args": args, "atMs": at, **flag}
+
+    def _round_trip(self, key: tuple[Any, ...], fields: Record) -> Record:
+        if self._ahead is None:
+            return self.connection.request(key[0], **fields)
+        ahead, ticket = self._ahead
+        self._ahead = None
+        if ahead != key:  # the lockstep contract: never a silent re-run of a command sent ahead
+            raise RuntimeError(f"harness: {ahead[:2]} was sent ahead, then {key[:2]} was asked for")
+        if isinstance(ticket, DriverFailure):
+            raise ticket
+        return self.connection.receive(ticket)
+
+    def _finish_apply(self, body: Record) -> Record:
         state_key = {True: "snapshot", "changes": "changes"}.get(self.batch)
         self.connection.expect_keys("apply", body, {"outcome", state_key} if state_key else {"outcome"})
         outcome = self.connection.check_outcome(body["outcome"])
@@ -81,15 +125,8 @@ class ExecPort(CommandPort):
             raise error_from_json(outcome["error"])
         return outcome["ok"]
 
-    def snapshot(self) -> Snapshot:
-        self._check_open()
-        if self._pending is not None:
-            snapshot, self._pending = self._pending, None
-            return snapshot
-        return self._adopt(self._full_snapshot())
-
     def _full_snapshot(self) -> Snapshot:
-        body = self.connection.request("snapshot")
+        body = self._round_trip(("snapshot",), {})
         self.connection.expect_keys("snapshot", body, {"snapshot"})
         return self.connection.check_snapshot(body["snapshot"])
 
@@ -133,18 +170,37 @@ class ExecPort(CommandPort):
             return
         self._closed = True
         self._pending = None
-        if self._unverified and self.connection.process.usable:
-            # Not raised here: the trace's own report comes first; the factory raises it next.
-            try:
-                full = self._full_snapshot()
-            except (DriverFailure, DriverRefused) as e:
-                self.connection.deferred = e if isinstance(e, DriverFailure) else self.connection.process.poison(
-                    "refused", str(e))
-                return
-            if canonical_json(full) != canonical_json(self._lists):
-                self.connection.deferred = self.connection.process.poison(
-                    "protocol", "the snapshot changes reported during the trace add up to a different state "
-                                "than the driver's full snapshot at its end")
+        if not self.connection.process.usable:
+            return
+        # Not raised here: the trace's own report comes first; the factory raises it next.
+        try:
+            self._drain()
+            full = self._full_snapshot() if self._unverified else None
+        except (DriverFailure, DriverRefused) as e:
+            self.connection.deferred = e if isinstance(e, DriverFailure) else self.connection.process.poison(
+                "refused", str(e))
+            return
+        if full is not None and canonical_json(full) != canonical_json(self._lists):
+            self.connection.deferred = self.connection.process.poison(
+                "protocol", "the snapshot changes reported during the trace add up to a different state "
+                            "than the driver's full snapshot at its end")
+
+    def _drain(self) -> None:
+        """The request sent ahead for a step the lockstep did not reach (it stopped at a divergence):
+        its answer still moves the driver's state, and the port's with it."""
+        if self._ahead is None:
+            return
+        key, ticket = self._ahead
+        self._ahead = None
+        if isinstance(ticket, DriverFailure):
+            raise ticket
+        body = self.connection.receive(ticket)
+        if key[0] == "apply":
+            with contextlib.suppress(QlwfError):
+                self._finish_apply(body)
+        else:
+            self.connection.expect_keys("snapshot", body, {"snapshot"})
+            self._adopt(self.connection.check_snapshot(body["snapshot"]))
 
     def _check_open(self) -> None:
         if self._closed:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 Message = dict[str, Any]
@@ -93,6 +93,10 @@ class DriverProcess:
     # ---- the channel ----------------------------------------------------------------------------
     def exchange(self, request: Message, timeout_s: float | None = None) -> Message:
         """Send `request`, return the one response object; any breach kills the driver and raises."""
+        return self.receive(self.send(request, timeout_s))
+
+    def send(self, request: Message, timeout_s: float | None = None) -> float:
+        """Write `request` (nothing may be unanswered); its response deadline, for `receive`."""
         if self.failure is not None:
             raise self.failure
         if self.interrupted:
@@ -100,8 +104,32 @@ class DriverProcess:
         line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         self.last_request = _clip(line.decode().rstrip("\n"))
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        with self._guard():
+            if self._buffer or self._readable(0.0):
+                early = self._buffer or os.read(self._out, 1 << 16)
+                if not early:
+                    self._fail_exited("before request " + str(request.get("id")))
+                self._fail("protocol", f"unsolicited output before request {request.get('id')}: "
+                           f"{_clip(early.decode(errors='replace'))}")
+            self._write(line, deadline)
+        if self.transcript is not None:
+            self.transcript.append((">", line.decode().rstrip("\n")))
+        return deadline
+
+    def receive(self, deadline: float) -> Message:
+        """The response to the request sent last (one line, a JSON object), by `deadline`."""
+        if self.failure is not None:
+            raise self.failure
+        with self._guard():
+            raw = self._read_line(deadline)
+        if self.transcript is not None:
+            self.transcript.append(("<", raw.decode(errors="replace")))
+        return self._parse(raw)
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
         try:
-            return self._exchange(request, line, deadline)
+            yield
         except DriverFailure:
             raise
         except BaseException:
@@ -115,17 +143,7 @@ class DriverProcess:
     def usable(self) -> bool:
         return self.failure is None and not self.interrupted
 
-    def _exchange(self, request: Message, line: bytes, deadline: float) -> Message:
-        if self._buffer or self._readable(0.0):
-            early = self._buffer or os.read(self._out, 1 << 16)
-            if not early:
-                self._fail_exited("before request " + str(request.get("id")))
-            self._fail("protocol", f"unsolicited output before request {request.get('id')}: "
-                       f"{_clip(early.decode(errors='replace'))}")
-        self._write(line, deadline)
-        raw = self._read_line(deadline)
-        if self.transcript is not None:
-            self.transcript += [(">", line.decode().rstrip("\n")), ("<", raw.decode(errors="replace"))]
+    def _parse(self, raw: bytes) -> Message:
         try:
             message = json.loads(raw, parse_constant=_parse_constant)
         except ValueError as e:  # UnicodeDecodeError is a ValueError too

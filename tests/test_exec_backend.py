@@ -214,15 +214,16 @@ def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.Captu
 
 def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
     class KillAt(ExecFaultPort):
-        """Kills the driver (SIGKILL, from outside) just before the 4th command."""
+        """Kills the driver (SIGKILL, from outside) just before the 4th command is sent (ahead)."""
 
         calls = 0
 
-        def execute(self, name: str, args: Any, now: int | None = None) -> Any:
+        def prefetch(self, step: dict[str, Any], now: int) -> None:
             KillAt.calls += 1
-            if KillAt.calls == 4:
+            if KillAt.calls == 3:  # after step 2, for step 3
                 os.kill(self.connection.process.proc.pid, signal.SIGKILL)
-            return super().execute(name, args, now)
+                self.connection.process._exited_within(2.0)
+            super().prefetch(step, now)
 
     factory = ExecBackend(SQLITE_DRIVER, timeout_s=TIMEOUT)
     try:
