@@ -1,9 +1,10 @@
 """Per-step cost of the process boundary: lockstep over the SQLite driver vs in-process SQLite.
 
 The same traces (fixed seeds) run in lockstep against the in-process SQLite backend and against
-`python -m qlwf.impl.sqlite.driver` over qlwf-backend@1 with each read-back of the state: the
-changes in the apply response (the default), the full snapshot in it, or a snapshot request of its
-own (the naive protocol, two round trips per step). Driver start-up is measured
+`python -m qlwf.impl.sqlite.driver` over qlwf-backend@1: the default (changes in the apply response,
+the next step sent ahead while the harness checks this one), then without sending ahead, each
+read-back of the state: the changes, the full snapshot in the apply response, or a snapshot request
+of its own (the naive protocol, two round trips per step). Driver start-up is measured
 apart: each run starts its driver before the clock starts. The sets are interleaved and repeated,
 and the best of the repeats is reported (the machine is shared).
 
@@ -66,8 +67,9 @@ def main() -> None:
     traces = runner.corpus_traces() + list(runner.generated_traces(args.traces, args.seed))
     variants: dict[str, Callable[[], SqliteBackend | exec_port.ExecBackend]] = {
         "in-process": SqliteBackend,
+        "driver (default)": lambda: exec_port.ExecBackend(exec_port.reference_driver("sqlite")),
         **{f"driver, {mode}": (lambda mode=mode: exec_port.ExecBackend(exec_port.reference_driver("sqlite"),
-                                                                       read_back=mode))
+                                                                       read_back=mode, ahead=False))
            for mode in exec_port.READ_BACK},
     }
     print(f"corpus + {args.traces} generated traces (seed {args.seed}), best of {args.repeats}")

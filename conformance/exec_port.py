@@ -43,7 +43,7 @@ class ExecPort(CommandPort):
     be that state exactly (canonical JSON), so a wrong change list can never hide a difference.
     """
 
-    def __init__(self, connection: DriverConnection, read_back: str = "changes") -> None:
+    def __init__(self, connection: DriverConnection, read_back: str = "changes", ahead: bool = True) -> None:
         if read_back not in READ_BACK:
             raise ValueError(f"read_back must be one of {READ_BACK}")
         self.clock = FixedClock()
@@ -59,6 +59,7 @@ class ExecPort(CommandPort):
         self._state: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
         self._lists: Snapshot = {k: [] for k in SNAPSHOT_KINDS}
         self._unverified = False  # state built from changes since the last full snapshot
+        self.send_ahead = ahead
         self._ahead: tuple[tuple[Any, ...], Ticket | DriverFailure] | None = None  # see prefetch
         self._closed = False
 
@@ -82,7 +83,7 @@ class ExecPort(CommandPort):
     def prefetch(self, step: Record, now: int) -> None:
         """Lockstep's hint of its next step: sent now, so the driver runs it while the harness checks
         this one. At most one request is ahead; the call that follows must be that step's."""
-        if self._closed or self._ahead is not None or not self.connection.process.usable:
+        if not self.send_ahead or self._closed or self._ahead is not None or not self.connection.process.usable:
             return
         if step["op"] == "command":
             if step["name"] not in self.connection.capabilities.commands or type(now) is not int or now < 0:
@@ -221,10 +222,12 @@ class ExecBackend:
     """BackendFactory of `--backend exec`: one driver process, a `reset` store per trace."""
 
     def __init__(self, command: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                 read_back: str = "changes", transcript: list[tuple[str, str]] | None = None) -> None:
+                 read_back: str = "changes", transcript: list[tuple[str, str]] | None = None,
+                 ahead: bool = True) -> None:
         self.command = list(command)
         self.timeout_s = timeout_s
         self.read_back = read_back
+        self.ahead = ahead
         self.transcript = transcript  # records the wire (tests, docs/protocol.md's worked example)
         self.connection: DriverConnection | None = None
         self.failure: DriverFailure | None = None
@@ -245,7 +248,7 @@ class ExecBackend:
             self.failure = e
             raise
         port_class = ExecFaultPort if "corrupt" in self.connection.capabilities.fault_hooks else ExecPort
-        return port_class(self.connection, self.read_back)
+        return port_class(self.connection, self.read_back, self.ahead)
 
     def shutdown(self) -> None:
         if self.connection is not None:
