@@ -177,6 +177,7 @@ TIMEOUT = 2.0
     ("garbage-at:3", "not_json", "this is not JSON"),
     ("wrong-id-at:3", "protocol", "does not echo the request id"),
     ("missing-keys-at:3", "protocol", "missing keys ['outcome']"),
+    ("bad-change-at:3", "protocol", "removes runs ['no-such-run'], which is not in the state"),
 ])
 def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem: str, detail: str,
                                                               capsys: pytest.CaptureFixture[str], reaped: None) -> None:

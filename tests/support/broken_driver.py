@@ -10,6 +10,7 @@ Protocol bugs (at the Nth apply request, counted from 1):
   die-at:N      exit with status 3        hang-at:N     never answer (sleeps forever)
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
   missing-keys-at:N  answer apply without its outcome
+  bad-change-at:N    answer apply with a change removing a record that does not exist
   early         write a response before the first request
   linger[:TAG]  serve correctly, but never exit by itself after close or end of input
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
@@ -114,6 +115,8 @@ def main() -> int:
                 response["id"] += 100
             if name == "missing-keys-at":
                 response.pop("outcome", None)
+            if name == "bad-change-at":
+                response["changes"] = [{"kind": "runs", "key": ["no-such-run"], "record": None}]
         out.write(encode(response))
         out.flush()
         if server.closed:
