@@ -89,3 +89,9 @@ register("sqlite", "qlwf.conformance.backends:SqliteBackend", "SQLite, one in-me
 register("model", "qlwf.conformance.backends:ModelBackend", "the reference model itself")
 register("postgres", "qlwf.impl.postgres.conformance:PostgresBackend",
          "PostgreSQL (QLWF_PG_DSN or a throwaway cluster), one database emptied per trace")
+register("exec", "qlwf.conformance.exec_port:unconfigured",
+         "an external driver speaking qlwf-backend@1 over stdin/stdout (--driver CMD)")
+register("exec-sqlite", "qlwf.conformance.exec_port:sqlite_driver",
+         "the SQLite reference driver (python -m qlwf.impl.sqlite.driver) over qlwf-backend@1")
+register("exec-postgres", "qlwf.conformance.exec_port:postgres_driver",
+         "the PostgreSQL reference driver (python -m qlwf.impl.postgres.driver) over qlwf-backend@1")

@@ -46,7 +46,7 @@ class Divergence:
     trace: str
     step_index: int
     step: Record
-    kind: str  # outcome | state | invariant | expectation | backend_crash | fault_injection
+    kind: str  # outcome | state | invariant | expectation | backend_crash | fault_injection | driver
     message: str
     model_outcome: Record | None = None
     backend_outcome: Record | None = None
@@ -59,7 +59,7 @@ class Divergence:
         what = (f"{s['name']}({json.dumps(s.get('args'), sort_keys=False)})" if s["op"] == "command"
                 else json.dumps({k: v for k, v in s.items() if k in ("op", "deltaMs", "kind", "key", "patch")}))
         lines = [f"DIVERGENCE in trace {self.trace!r} at step {self.step_index}: {self.kind}",
-                 f"  step:            {what}", f"  why:             {self.message}"]
+                 f"  step:            {what}", "  why:             " + self.message.replace("\n", "\n" + " " * 19)]
         if self.model_outcome is not None or self.backend_outcome is not None:
             lines.append(f"  model outcome:   {_compact(self.model_outcome)}")
             lines.append(f"  backend outcome: {_compact(self.backend_outcome)}")
@@ -119,6 +119,8 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     """
     result = LockstepResult(trace.name or trace.description)
     state = State(clock=trace.initial_clock)
+    # a port behind a process boundary may send the next step ahead, to run it while this one is checked
+    prefetch = getattr(port, "prefetch", None)
     for i, step in enumerate(trace.steps):
         result.steps = i + 1
 
@@ -140,8 +142,13 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             t_read = time.perf_counter()
             backend_snapshot = port.snapshot()
         except Exception as e:  # a backend crash is a divergence, not a harness failure
-            return diverge("backend_crash", f"{type(e).__name__}: {e}", model_outcome=done.outcome, rules=done.rules)
+            # an exec driver's protocol breach says so itself (conformance/exec_process.py)
+            kind = getattr(e, "divergence_kind", "backend_crash")
+            message = str(e) if kind != "backend_crash" else f"{type(e).__name__}: {e}"
+            return diverge(kind, message, model_outcome=done.outcome, rules=done.rules)
         t2 = time.perf_counter()
+        if prefetch is not None and i + 1 < len(trace.steps):
+            prefetch(trace.steps[i + 1], done.state.clock)  # a command runs at the clock this step ends at
         result.model_seconds += t1 - t0
         result.backend_seconds += t_read - t1
         result.snapshot_seconds += t2 - t_read

@@ -136,6 +136,16 @@ def faults_sqlite(opts: dict[str, Any]) -> Evidence:
                     f"points in {stats.commands} commands atomic (kill + abort)", counts, tuple(problems))
 
 
+def exec_sqlite(opts: dict[str, Any]) -> Evidence:
+    """The corpus and a few generated traces through `python -m qlwf.impl.sqlite.driver` (qlwf-backend@1)."""
+    from qlwf.conformance.exec_process import DriverFailure
+
+    try:
+        return _conformance("exec-sqlite", True, 8 if opts.get("quick") else 24, 20261129)
+    except DriverFailure as e:  # the run stops at a broken driver: a failure with the driver's report
+        return Evidence("the SQLite driver broke the protocol", {}, (f"exec-sqlite: {e}",))
+
+
 def proofs(opts: dict[str, Any]) -> Evidence:
     """Every Z3 property (invariants inductive, tables total/deterministic, LIVE-1, pages, BMC)."""
     from qlwf.proofs.runner import ALL_PROPERTIES, Options, run
@@ -261,6 +271,7 @@ CHECKS: list[Check] = [
     Check("explorer", "every reachable state of every small DAG; counts match the manifest", explorer_manifest),
     Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
     Check("faults-sqlite", "lost commit responses and crashes at every statement boundary", faults_sqlite),
+    Check("exec-sqlite", "corpus + generated traces through the SQLite driver process (qlwf-backend@1)", exec_sqlite),
     Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres,
           leg="postgres"),
     Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres,

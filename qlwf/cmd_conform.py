@@ -47,6 +47,7 @@ def register(subparsers: Any) -> None:
     conform.add_argument("--reconnect-window", type=_seconds, default=30.0, metavar="SECONDS",
                          help="how long a concurrency run waits for an unreachable server before it stops with "
                               "exit 3 (default: 30)")
+    _driver_options(conform)
     conform.set_defaults(func=_conform)
 
     replay = subparsers.add_parser(
@@ -58,7 +59,23 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     replay.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation")
     replay.epilog = "exit codes: 0 passed; 1 diverged; 2 bad usage or PostgreSQL unavailable or misconfigured"
+    _driver_options(replay)
     replay.set_defaults(func=_replay)
+
+
+def _driver_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--driver", metavar="CMD", default=None,
+                        help="with --backend exec: the driver command line (qlwf-backend@1 over stdin/stdout, "
+                             "docs/protocol.md), e.g. \"python -m qlwf.impl.sqlite.driver\"")
+    parser.add_argument("--driver-timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="with an exec backend: seconds each driver response may take (default: 10)")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
 
 
 def _count(text: str) -> int:
@@ -95,6 +112,41 @@ def _ks(text: str) -> list[int]:
     return ks
 
 
+def _with_driver(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """`--backend exec --driver CMD` configures the exec backend; a broken driver ends the run (exit 1)."""
+    exec_backend = args.backend == "exec" or args.backend.startswith("exec-")
+    if args.driver is not None and args.backend != "exec":
+        print(f"--driver needs --backend exec (got {args.backend})", file=sys.stderr)
+        return 2
+    if args.driver_timeout is not None and not exec_backend:
+        print(f"--driver-timeout needs an exec backend (got {args.backend})", file=sys.stderr)
+        return 2
+    if not exec_backend:
+        return _with_server(args, run)
+    from qlwf.conformance import exec_port
+    from qlwf.conformance.exec_process import DriverFailure
+
+    if args.backend == "exec":
+        if not (args.driver or "").strip():
+            print("--backend exec needs --driver CMD", file=sys.stderr)
+            return 2
+        exec_port.register_driver("exec", args.driver, args.driver_timeout or exec_port.DEFAULT_TIMEOUT_S)
+    elif args.driver_timeout is not None:
+        exec_port.register_driver(args.backend, exec_port.reference_driver(args.backend.removeprefix("exec-")),
+                                  args.driver_timeout)
+    try:
+        return run(args)
+    except DriverFailure as e:  # the lockstep report of the failing step, if any, is printed already
+        if args.json:
+            print(json.dumps({"backend": args.backend, "passed": False, "aborted": True,
+                              "driverFailure": {"problem": e.problem, "message": e.message,
+                                                "lastRequest": e.last_request, "stderrTail": e.stderr_tail}},
+                             ensure_ascii=False))
+        print(f"conform {args.backend}: FAIL — run aborted, the driver is broken:\n  "
+              + str(e).replace("\n", "\n  "))
+        return 1
+
+
 def _with_server(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """A missing, malformed or unreachable PostgreSQL server is a one-line message and exit 2, not a traceback."""
     if args.backend != "postgres":
@@ -114,7 +166,7 @@ def _conform(args: argparse.Namespace) -> int:
     if args.concurrency and args.backend != "postgres":
         print(f"--concurrency needs --backend postgres (got {args.backend})", file=sys.stderr)
         return 2
-    return _with_server(args, _run_conform)
+    return _with_driver(args, _run_conform)
 
 
 def _run_conform(args: argparse.Namespace) -> int:
@@ -123,9 +175,13 @@ def _run_conform(args: argparse.Namespace) -> int:
     if args.corpus or traces or not args.concurrency:
         total = traces + (len(runner.corpus_traces()) if args.corpus else 0)
         bar = Progress(f"conform {args.backend}", total)
-        code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
-                              invariants=not args.no_invariants, jobs=max(1, args.jobs),
-                              progress=lambda r: bar.advance(1, r.steps))
+        try:
+            code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
+                                  invariants=not args.no_invariants, jobs=max(1, args.jobs),
+                                  progress=lambda r: bar.advance(1, r.steps))
+        except Exception:  # a broken driver: the bar's last line before the report of it
+            bar.close()
+            raise
         bar.close()  # not on an interrupt: then the one line said is the interrupt's
     if args.concurrency:
         from qlwf.conformance.concurrency import concurrency_check
@@ -157,5 +213,5 @@ def _run_conform(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    return _with_server(args, lambda a: runner.replay(a.trace, a.backend, a.json, sys.stdout,
+    return _with_driver(args, lambda a: runner.replay(a.trace, a.backend, a.json, sys.stdout,
                                                       invariants=not a.no_invariants))

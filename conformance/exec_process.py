@@ -1,0 +1,283 @@
+"""A driver child process and its line channel, with a deadline on every exchange.
+
+The harness never trusts the driver: every response must arrive within the timeout, be one JSON
+object on one line, and nothing may arrive unasked. Any breach is a `DriverFailure` naming what
+happened, the last request and the tail of the driver's stderr; the process (its whole process
+group: a shell wrapper's children too) is then killed and reaped. Every exit path reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+Message = dict[str, Any]
+
+MAX_LINE_BYTES = 256 * 1024 * 1024  # a snapshot is large but not this large: beyond, it is garbage
+STDERR_TAIL_BYTES = 4096
+_REPORT_REQUEST_CHARS = 600
+_PR_SET_PDEATHSIG = 1
+
+
+class DriverFailure(Exception):
+    """The driver broke the protocol: `problem` is timeout | exited | not_json | protocol | refused
+    (or interrupted: the harness itself was interrupted mid-request)."""
+
+    def __init__(self, problem: str, message: str, last_request: str = "", stderr_tail: str = "") -> None:
+        super().__init__(problem, message, last_request, stderr_tail)
+        self.problem = problem
+        self.message = message
+        self.last_request = last_request
+        self.stderr_tail = stderr_tail
+
+    # lockstep reports an exception carrying this attribute as a divergence of that kind
+    divergence_kind = "driver"
+
+    def __str__(self) -> str:
+        lines = [f"driver {self.problem}: {self.message}"]
+        if self.last_request:
+            lines.append(f"last request: {self.last_request}")
+        tail = self.stderr_tail.rstrip("\n")
+        lines.append("driver stderr (tail):" + ("\n  " + tail.replace("\n", "\n  ") if tail else " (empty)"))
+        return "\n".join(lines)
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the harness thread that started it dies, even by
+    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _parse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class DriverProcess:
+    """One started driver: `exchange(request)` writes a line and reads the answer line."""
+
+    def __init__(self, command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None,
+                 transcript: list[tuple[str, str]] | None = None) -> None:
+        if not command:
+            raise ValueError("empty driver command")
+        self.command = list(command)
+        self.timeout_s = timeout_s
+        self.last_request = ""
+        self.transcript = transcript  # when a list: every line sent (">") and received ("<"), in order
+        self._buffer = b""
+        # stderr goes to a file, not a pipe: a chatty driver can never block on it (closed by _release)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
+                                         preexec_fn=_terminate_with_parent)
+        except OSError as e:
+            self._stderr.close()
+            raise DriverFailure("exited", f"cannot start {self.command!r}: {e}") from e
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        os.set_blocking(self._in, False)
+        self.failure: DriverFailure | None = None
+        self.interrupted = False
+
+    # ---- the channel ----------------------------------------------------------------------------
+    def exchange(self, request: Message, timeout_s: float | None = None) -> Message:
+        """Send `request`, return the one response object; any breach kills the driver and raises."""
+        return self.receive(self.send(request, timeout_s))
+
+    def send(self, request: Message, timeout_s: float | None = None) -> float:
+        """Write `request` (nothing may be unanswered); its response deadline, for `receive`."""
+        if self.failure is not None:
+            raise self.failure
+        if self.interrupted:
+            raise DriverFailure("interrupted", "the session was interrupted mid-request", self.last_request)
+        line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        self.last_request = _clip(line.decode().rstrip("\n"))
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        with self._guard():
+            if self._buffer or self._readable(0.0):
+                early = self._buffer or os.read(self._out, 1 << 16)
+                if not early:
+                    self._fail_exited("before request " + str(request.get("id")))
+                self._fail("protocol", f"unsolicited output before request {request.get('id')}: "
+                           f"{_clip(early.decode(errors='replace'))}")
+            self._write(line, deadline)
+        if self.transcript is not None:
+            self.transcript.append((">", line.decode().rstrip("\n")))
+        return deadline
+
+    def receive(self, deadline: float) -> Message:
+        """The response to the request sent last (one line, a JSON object), by `deadline`."""
+        if self.failure is not None:
+            raise self.failure
+        with self._guard():
+            raw = self._read_line(deadline)
+        if self.transcript is not None:
+            self.transcript.append(("<", raw.decode(errors="replace")))
+        return self._parse(raw)
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except DriverFailure:
+            raise
+        except BaseException:
+            # Interrupted mid-exchange (a signal): the session is out of step for good. End it quietly,
+            # so the teardown that follows does not turn the interrupt into a driver failure.
+            self.interrupted = True
+            self.kill()
+            raise
+
+    @property
+    def usable(self) -> bool:
+        return self.failure is None and not self.interrupted
+
+    def _parse(self, raw: bytes) -> Message:
+        try:
+            message = json.loads(raw, parse_constant=_parse_constant)
+        except ValueError as e:  # UnicodeDecodeError is a ValueError too
+            self._fail("not_json", f"the response line is not JSON ({e}): {_clip(raw.decode(errors='replace'))}")
+        if not isinstance(message, dict):
+            self._fail("protocol", f"the response is not a JSON object: {_clip(raw.decode(errors='replace'))}")
+        return message
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail("timeout", f"the driver did not read its request within {self.timeout_s:g} s")
+            _, ready, _ = select.select([], [self._in], [], remaining)
+            if not ready:
+                continue
+            try:
+                view = view[os.write(self._in, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                self._fail_exited("while the request was written")
+
+    def _readable(self, wait_s: float) -> bool:
+        ready, _, _ = select.select([self._out], [], [], wait_s)
+        return bool(ready)
+
+    def _read_line(self, deadline: float) -> bytes:
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail("timeout", f"no response within {self.timeout_s:g} s")
+            if not self._readable(remaining):
+                continue
+            chunk = os.read(self._out, 1 << 20)
+            if not chunk:
+                self._fail_exited("before answering")
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE_BYTES:
+                self._fail("not_json", f"a response line longer than {MAX_LINE_BYTES} bytes")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def fail(self, problem: str, message: str) -> NoReturn:
+        """A breach found by the caller (a malformed response): kill, reap, raise."""
+        self._fail(problem, message)
+
+    def poison(self, problem: str, message: str) -> DriverFailure:
+        """A breach found where raising would hide a report (closing a port): kill, reap, return it."""
+        try:
+            self._fail(problem, message)
+        except DriverFailure as e:
+            return e
+
+    def _fail_exited(self, when: str) -> NoReturn:
+        self._exited_within(1.0)  # let a dying driver finish dying, so its status is known
+        self._terminate()
+        self._fail("exited", f"the driver closed its stdout {when} ({_exit_status(self.proc.returncode)})")
+
+    def _fail(self, problem: str, message: str) -> NoReturn:
+        self._terminate()
+        self.failure = DriverFailure(problem, message, self.last_request, self.stderr_tail())
+        self._release()
+        raise self.failure
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    def stderr_tail(self) -> str:
+        try:
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - STDERR_TAIL_BYTES))
+            return self._stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+
+    def _exited_within(self, timeout_s: float) -> bool:
+        """Whether the driver has exited, without reaping it: while unreaped, its pid (our process
+        group id) cannot be reused, so signalling the group never reaches a stranger."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.returncode is not None:
+                return True
+            try:
+                if os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc.returncode is not None:  # reaped: the group id may belong to someone else now
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def _terminate(self) -> None:
+        """SIGTERM the driver's process group, SIGKILL what is left after a second, reap the driver."""
+        if self.proc.returncode is not None:
+            return
+        if not self._exited_within(0.0):
+            self._signal_group(signal.SIGTERM)
+            self._exited_within(1.0)
+        self._signal_group(signal.SIGKILL)  # a driver ignoring SIGTERM, and children left in its group
+        self.proc.wait()
+
+    def kill(self) -> None:
+        """Stop the driver now (any state) and release its pipes; idempotent."""
+        self._terminate()
+        self._release()
+
+    def finish(self, grace_s: float) -> int:
+        """Orderly end after `close`: stdin closed, `grace_s` to exit on its own, then killed; its status."""
+        try:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            self._exited_within(grace_s)
+        finally:
+            self.kill()
+        return self.proc.returncode
+
+    def _release(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        with contextlib.suppress(OSError):
+            self._stderr.close()
+
+
+def _exit_status(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def _clip(text: str, limit: int = _REPORT_REQUEST_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

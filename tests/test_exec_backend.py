@@ -1,0 +1,349 @@
+"""The exec backend: conformance of an implementation behind the qlwf-backend@1 process protocol.
+
+Reference drivers must give the in-process verdicts; a driver with an injected store bug is caught
+at its first divergent step; a driver that dies, hangs, answers garbage or breaks the protocol is
+reported as such (last request, stderr tail) within the timeout, never as a pass, and is reaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qlwf.conformance import exec_port, protocol_schema, runner
+from qlwf.conformance.exec_port import ExecBackend, ExecFaultPort
+from qlwf.conformance.exec_process import DriverFailure
+from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
+from qlwf.conformance.trace import Trace, record
+from qlwf.impl.port import COMMAND_NAMES
+
+from qlwf import cli
+
+REPO = Path(__file__).resolve().parent.parent
+BROKEN = [sys.executable, str(REPO / "tests" / "support" / "broken_driver.py")]
+SQLITE_DRIVER = exec_port.reference_driver("sqlite")
+
+
+def _children() -> set[int]:
+    """Live child processes of this test process (every thread)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            found |= {int(p) for p in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def reaped() -> Any:
+    """Fails the test if it leaves a child process behind."""
+    before = _children()
+    yield
+    assert _children() - before == set(), "a driver process was not reaped"
+
+
+def _corpus(name: str) -> Trace:
+    return next(t for t in runner.corpus_traces() if t.name == name)
+
+
+def _summary_key(summary: runner.RunSummary) -> list[tuple[str, bool, int, str | None, int | None]]:
+    return [(r.trace, r.passed, r.steps, r.divergence.kind if r.divergence else None,
+             r.divergence.step_index if r.divergence else None) for r in summary.results]
+
+
+# ---- reference drivers give the in-process verdicts -----------------------------------------------
+def test_sqlite_driver_matches_in_process_on_corpus_and_generated_traces(reaped: None) -> None:
+    traces = runner.corpus_traces() + list(runner.generated_traces(12, 20261129))
+    direct = runner.run_traces("sqlite", traces)
+    driven = runner.run_traces("exec-sqlite", traces)
+    assert direct.passed and len(direct.results) == len(traces)
+    assert _summary_key(driven) == _summary_key(direct)
+    assert driven.invariant_checks == direct.invariant_checks
+    assert runner.covered_rule_rows([driven]) == runner.covered_rule_rows([direct])
+
+
+def test_a_divergence_is_reported_alike_in_process_and_through_the_driver(reaped: None) -> None:
+    """A trace the model disagrees with (a tampered recorded expectation) fails the same way on both."""
+    trace = _corpus("adr0226-dependency-readied")
+    steps = [dict(s) for s in trace.steps]
+    steps[2] = {**steps[2], "state": {**steps[2]["state"], "digest": "0" * 64}}
+    tampered = Trace(trace.description, trace.initial_clock, steps, "tampered")
+    direct = runner.run_traces("sqlite", [tampered])
+    driven = runner.run_traces("exec-sqlite", [tampered])
+    assert _summary_key(direct) == _summary_key(driven) == [("tampered", False, 3, "expectation", 2)]
+
+
+def test_without_the_fault_hook_a_drift_trace_diverges_as_in_process(reaped: None) -> None:
+    factory = ExecBackend(SQLITE_DRIVER)
+    try:
+        port = factory.open()
+        assert isinstance(port, ExecFaultPort)
+        plain = exec_port.ExecPort(port.connection)
+        result = run_lockstep(_corpus("adr0226-drift-rolls-back"), plain)
+    finally:
+        factory.shutdown()
+    assert result.divergence is not None and result.divergence.kind == "fault_injection"
+
+
+@pytest.mark.postgres
+def test_postgres_driver_matches_in_process(pg_server: Any, monkeypatch: pytest.MonkeyPatch, reaped: None) -> None:
+    monkeypatch.setenv("QLWF_PG_DSN", pg_server.dsn())  # the driver makes its own database on the session's server
+    traces = [_corpus("adr0226-drift-rolls-back"), _corpus("adr0228-timeout-mapping"),
+              *runner.generated_traces(3, 7)]
+    direct = runner.run_traces("sqlite", traces)
+    driven = runner.run_traces("exec-postgres", traces)
+    assert direct.passed and _summary_key(driven) == _summary_key(direct)
+
+
+# ---- a driver with a store bug is caught at its first divergent step -------------------------------
+def _first_step(trace: Trace, hit: Any) -> int:
+    recorded = trace if trace.recorded else record(trace)
+    return next(i for i, s in enumerate(recorded.steps) if any(hit(s, c) for c in s["state"]["changes"]))
+
+
+def _succeeded_attempt(step: dict[str, Any], change: dict[str, Any]) -> bool:
+    return (step.get("name") == "complete_attempt" and change["kind"] == "attempts"
+            and (change["record"] or {}).get("status") == "succeeded")
+
+
+@pytest.mark.parametrize(("bug", "trace_name", "kind", "hit"), [
+    ("wrong-terminal-status", "adr0227-worker-protocol", "attempts", _succeeded_attempt),
+    ("skip-sequence", "adr0228-timeout-mapping", "events", lambda s, c: c["kind"] == "events"),
+])
+def test_a_store_bug_is_caught_at_its_first_divergent_step(bug: str, trace_name: str, kind: str, hit: Any,
+                                                          reaped: None) -> None:
+    trace = _corpus(trace_name)
+    expected = _first_step(trace, hit)
+    exec_port.register_driver("broken", [*BROKEN, bug])
+    try:
+        summary = runner.run_traces("broken", [trace])
+    finally:
+        from qlwf.conformance import backends
+
+        backends.unregister("broken")
+    d = summary.results[0].divergence
+    assert d is not None and (d.step_index, d.kind) == (expected, "state")
+    assert d.record_diffs and {r.kind for r in d.record_diffs} == {kind}
+    assert d.rules, "the report names the model rules that fired"
+
+
+def test_snapshot_changes_that_hide_a_store_bug_fail_the_run(reaped: None) -> None:
+    """The changes lie (the stored status is wrong, the reported one right): lockstep alone would pass;
+    the full snapshot at the end of the trace disagrees with them, so the run fails."""
+    seen: list[Any] = []
+    full = _corpus("adr0227-worker-protocol")
+    # ends at the damaging command: a later step without a command would read a full snapshot
+    # (and catch the lie at once, as a state divergence)
+    trace = Trace(full.description, full.initial_clock, full.steps[:_first_step(full, _succeeded_attempt) + 1], "cut")
+    exec_port.register_driver("broken", [*BROKEN, "hide-wrong-status"])
+    try:
+        with pytest.raises(DriverFailure, match="add up to a different state"):
+            runner.run_traces("broken", [trace], on_result=seen.append)
+    finally:
+        from qlwf.conformance import backends
+
+        backends.unregister("broken")
+    assert [r.passed for r in seen] == [True]  # what the lie alone would have earned
+
+
+def test_cli_reports_the_store_bug_like_a_built_in_backend(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    path = REPO / "conformance" / "corpus" / "adr0227-worker-protocol.json"
+    expected = _first_step(_corpus("adr0227-worker-protocol"), _succeeded_attempt)
+    code = cli.main(["replay", str(path), "--backend", "exec", "--driver",
+                     " ".join([*BROKEN, "wrong-terminal-status"])])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"at step {expected}: state" in out and "complete_attempt(" in out
+    assert "model outcome:" in out and "backend outcome:" in out and "model rules:" in out
+    assert "snapshot diff (1 record(s)):" in out and "attempts wta:" in out
+    assert "PASS" not in out
+
+
+# ---- a driver that breaks the protocol ---------------------------------------------------------------
+TIMEOUT = 2.0
+
+
+@pytest.mark.parametrize(("bug", "problem", "detail"), [
+    ("die-at:3", "exited", "exit status 3"),
+    ("hang-at:3", "timeout", f"no response within {TIMEOUT:g} s"),
+    ("garbage-at:3", "not_json", "this is not JSON"),
+    ("wrong-id-at:3", "protocol", "does not echo the request id"),
+    ("missing-keys-at:3", "protocol", "missing keys ['outcome']"),
+    ("bad-change-at:3", "protocol", "removes runs ['no-such-run'], which is not in the state"),
+])
+def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem: str, detail: str,
+                                                              capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    started = time.monotonic()
+    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, bug]), "--corpus",
+                     "--traces", "3", "--driver-timeout", str(TIMEOUT)])
+    elapsed = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert code == 1 and "PASS" not in out
+    assert elapsed < TIMEOUT + 8, "reported within the timeout (plus driver start-up)"
+    assert "at step 2: driver" in out, out  # the third apply is step 2 of the first corpus trace
+    assert f"driver {problem}:" in out and detail in out
+    first = runner.corpus_traces()[0].steps[2]
+    assert f'"type":"apply","command":"{first["name"]}"' in out, "the last request is in the report"
+    assert f"broken driver: {bug.split(':')[0]} at apply 3" in out, "the stderr tail is in the report"
+    assert "run aborted, the driver is broken" in out
+
+
+def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "garbage-at:1"]), "--traces",
+                     "2", "--json"])
+    report = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == 1 and report["passed"] is False and report["driverFailure"]["problem"] == "not_json"
+    assert "garbage-at at apply 1" in report["driverFailure"]["stderrTail"]
+
+
+def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.CaptureFixture[str],
+                                                           reaped: None) -> None:
+    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "early"]), "--traces", "1",
+                     "--driver-timeout", str(TIMEOUT)])
+    out = capsys.readouterr().out
+    assert code == 1 and "PASS" not in out
+    assert "driver protocol:" in out and '"type":"hello"' in out and "answering before any request" in out
+
+
+def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
+    class KillAt(ExecFaultPort):
+        """Kills the driver (SIGKILL, from outside) just before the 4th command is sent (ahead)."""
+
+        calls = 0
+
+        def prefetch(self, step: dict[str, Any], now: int) -> None:
+            KillAt.calls += 1
+            if KillAt.calls == 3:  # after step 2, for step 3
+                os.kill(self.connection.process.proc.pid, signal.SIGKILL)
+                self.connection.process._exited_within(2.0)
+            super().prefetch(step, now)
+
+    factory = ExecBackend(SQLITE_DRIVER, timeout_s=TIMEOUT)
+    try:
+        port = factory.open()
+        started = time.monotonic()
+        result = run_lockstep(_corpus("adr0227-worker-protocol"), KillAt(port.connection),
+                              invariants=load_invariant_check())
+        assert time.monotonic() - started < TIMEOUT + 5
+        with pytest.raises(DriverFailure):  # the run stops: no silent restart of a broken driver
+            factory.open()
+    finally:
+        factory.shutdown()
+    d = result.divergence
+    assert d is not None and (d.step_index, d.kind) == (3, "driver")
+    assert "driver exited" in d.message and "killed by SIGKILL" in d.message
+    assert '"type":"apply","command":"claim_lease"' in d.message and "driver stderr (tail): (empty)" in d.message
+
+
+def test_a_driver_that_cannot_start_is_reported(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    script = "import sys; sys.stderr.write('no such store'); sys.exit(4)"
+    code = cli.main(["conform", "--backend", "exec", "--driver", f'{sys.executable} -c "{script}"', "--traces", "1"])
+    out = capsys.readouterr().out
+    assert code == 1 and "driver exited" in out and "exit status 4" in out and "no such store" in out
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            # the driver has the marker as an argument of its own; qlwf (and its pool workers) inside --driver's
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize(("bug", "jobs"), [("linger", "1"), ("linger", "2"), ("hang-at:5", "1")])
+def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jobs: str) -> None:
+    """`linger` never exits by itself: only the harness can end it, also when the CLI terminates its
+    pool workers (they die at once; their drivers get SIGTERM as their parent dies). `hang-at` has
+    the signal arrive while the harness waits for a response."""
+    marker = f"qlwf-exec-test-{os.getpid()}-{bug}-{jobs}"  # an extra argument, to find the driver by
+    proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
+                             " ".join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
+                             "--driver-timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while len(_processes_with(marker)) < int(jobs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_with(marker), "the driver did not start"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + (5 if jobs != "1" else 0)  # qlwf reaps its own driver before it exits
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(marker) == []
+
+
+def test_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["conform", "--backend", "exec", "--traces", "1"]) == 2
+    assert cli.main(["conform", "--backend", "sqlite", "--driver", "x", "--traces", "1"]) == 2
+    assert "--driver" in capsys.readouterr().err
+
+
+# ---- the schemas -----------------------------------------------------------------------------------
+def test_every_message_of_a_run_validates_against_its_schema(reaped: None) -> None:
+    lines: list[tuple[str, str]] = []
+    factory = ExecBackend(SQLITE_DRIVER, transcript=lines)
+    try:
+        for trace in (_corpus("adr0226-drift-rolls-back"), _corpus("adr0228-timeout-mapping")):
+            port = factory.open()
+            assert run_lockstep(trace, port).passed
+            port.snapshot()  # a snapshot request of its own (the lockstep's come with apply)
+    finally:
+        factory.shutdown()
+    kinds: dict[int, str] = {}
+    seen = set()
+    for direction, line in lines:
+        message = json.loads(line)
+        if direction == ">":
+            kinds[message["id"]] = message["type"]
+        kind = kinds[message["id"]]
+        seen.add((direction, kind, "error" in message.get("outcome", {})))
+        assert protocol_schema.problems("request" if direction == ">" else "response", kind, message) == []
+    assert {k for _, k, _ in seen} == {"hello", "reset", "apply", "snapshot", "corrupt", "close"}
+    assert ("<", "apply", True) in seen and ("<", "apply", False) in seen
+
+
+def test_the_schemas_reject_what_the_protocol_forbids() -> None:
+    ok = {"id": 3, "type": "apply", "outcome": {"ok": {}}}
+    assert protocol_schema.problems("response", "apply", ok) == []
+    assert protocol_schema.problems("response", "apply", {"id": 3, "type": "apply"})
+    assert protocol_schema.problems("response", "apply", {**ok, "outcome": {"error": {"class": "Oops", "code": "c",
+                                                                                          "reason": "r"}}})
+    assert protocol_schema.problems("response", "apply", {**ok, "snapshot": {"runs": []}})
+    assert protocol_schema.problems("request", "apply", {"id": 0, "type": "apply", "command": "advance_frontier",
+                                                         "args": {}, "atMs": 1})
+    assert protocol_schema.problems("response", "reset", {"id": 2, "type": "reset", "failure": {"message": "x"}}) == []
+    hello = json.loads((REPO / "conformance" / "schema" / "hello.response.json").read_text())
+    commands = hello["oneOf"][0]["properties"]["capabilities"]["properties"]["commands"]["items"]["enum"]
+    assert sorted(commands) == sorted(COMMAND_NAMES)
+
+
+def test_protocol_doc_example_is_a_real_current_transcript(reaped: None) -> None:
+    sys.path.insert(0, str(REPO / "docs"))
+    try:
+        import protocol_example
+    finally:
+        sys.path.pop(0)
+    lines = protocol_example.transcript()  # validates every message against its schema
+    assert [json.loads(line)["type"] for d, line in lines if d == ">"] == [
+        "hello", "reset", "apply", "apply", "apply", "snapshot", "close"]
+    text = protocol_example.DOC.read_text(encoding="utf-8")
+    assert protocol_example.updated(text, protocol_example.render(lines)) == text, \
+        "stale: run python docs/protocol_example.py"
