@@ -198,7 +198,8 @@ def test_next_start_reaps_a_cluster_whose_owner_was_killed(spawn: Spawn, postmas
 
 
 def test_pytest_sigterm_tears_the_session_server_down(spawn: Spawn) -> None:
-    proc = spawn([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # -n 0: the session server must belong to this pytest process, not to an xdist worker
+    proc = spawn([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                   "tests/support/hold_pg_server.py"], child_env(QLWF_HOLD_PG_SERVER="1"))
     cluster = held_cluster(proc)
     proc.send_signal(signal.SIGTERM)
