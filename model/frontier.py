@@ -7,7 +7,7 @@ from typing import Any
 from . import ids
 from . import tables as T
 from .errors import Invalid, QlwfError
-from .records import Failer, Record, shared_plan, shared_step_run
+from .records import Failer, Record, shared_plan, shared_step_run, topological_keys
 from .steprun import transition_normalized_mutation
 from .values import is_array, is_int, is_object
 
@@ -88,20 +88,8 @@ def cannot_succeed(plan: Record, status_of: dict[str, str]) -> dict[str, bool]:
 
 
 def _topological_keys(plan: Record) -> list[str]:
-    indeg = {s["stepKey"]: len(s["needs"]) for s in plan["steps"]}
-    dependents: dict[str, list[str]] = {k: [] for k in indeg}
-    for s in plan["steps"]:
-        for d in s["needs"]:
-            if d not in dependents:  # unreachable: normalize_plan (records.md §6.1) rejects it first
-                raise Invalid(FRONTIER_FAIL.code, FRONTIER_FAIL.reason, "dependency is missing")
-            dependents[d].append(s["stepKey"])
-    order = [k for k, n in indeg.items() if n == 0]
-    for k in order:
-        for dep in dependents[k]:
-            indeg[dep] -= 1
-            if indeg[dep] == 0:
-                order.append(dep)
-    if len(order) != len(indeg):  # unreachable: normalize_plan (records.md §6.1) rejects cycles first
+    order = topological_keys(plan["steps"])  # the plan is normalized: its needs are known steps
+    if order is None:  # unreachable: normalize_plan (records.md §6.1) rejects cycles first
         raise Invalid(FRONTIER_FAIL.code, FRONTIER_FAIL.reason, "dependency graph is cyclic")
     return order
 

@@ -122,8 +122,9 @@ def plan_digest(unsigned_plan: Record) -> str:
     return json_digest(T.DOMAIN_PLAN, unsigned_plan)
 
 
-def _is_acyclic(steps: list[Record]) -> bool:
-    """Kahn's algorithm over need → dependent edges; every need is a known step key."""
+def topological_keys(steps: list[Record]) -> list[str] | None:
+    """Step keys in a dependency order (Kahn's algorithm over need → dependent edges), or None
+    when the needs form a cycle; every need must be a known step key."""
     indeg = {s["stepKey"]: len(s["needs"]) for s in steps}
     dependents: dict[str, list[str]] = {k: [] for k in indeg}
     for s in steps:
@@ -135,7 +136,11 @@ def _is_acyclic(steps: list[Record]) -> bool:
             indeg[dep] -= 1
             if indeg[dep] == 0:
                 order.append(dep)
-    return len(order) == len(indeg)
+    return order if len(order) == len(indeg) else None
+
+
+def _is_acyclic(steps: list[Record]) -> bool:
+    return topological_keys(steps) is not None
 
 
 # `,"planDigest":"<64 hex>"` appended to the unsigned plan's text (the closing brace moves after it).

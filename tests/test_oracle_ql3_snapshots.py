@@ -11,16 +11,21 @@ the way ql3 would store them; the model-shaped snapshot of the same state is the
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from qlwf.conformance.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import generate
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.invariants import consistent_binding
 from qlwf.model.oracle import consult
-from qlwf.model.records import GENERIC_ATTEMPT_EXTRA_KEYS, sign_plan
+from qlwf.model.records import GENERIC_ATTEMPT_EXTRA_KEYS
 from qlwf.model.steprun import transition_step_run
 from qlwf.model.system import WorkflowSystem
 
@@ -31,19 +36,8 @@ APPENDED = ("finishedAtMs", "errorCode", "errorSummary")  # records.md §6.7 "Up
 
 
 def demo_plan(run_id: str, steps: list[tuple[str, list[str]]] = DIAMOND) -> Record:
-    rev = D["3"]
-    return sign_plan({
-        "schema": T.SCHEMA_PLAN, "planId": f"plan-{run_id}", "runId": run_id,
-        "target": {"projectId": "proj-1", "packageName": "demo-pkg", "installationId": "inst-1",
-                   "lockDigest": D["1"], "generation": 1, "generationDigest": D["2"],
-                   "materializedRevisionDigest": rev, "publicationDigest": D["4"], "workflowId": "nightly",
-                   "workflowDefinitionDigest": D["5"]},
-        "steps": [{"stepRunId": f"sr-{key}", "stepKey": key, "taskId": key,
-                   "taskDefinitionRef": f"plugin-package:{rev}:task:{key}", "taskDefinitionDigest": D["6"],
-                   "needs": needs, "initialStatus": "pending" if needs else "ready", "required": True}
-                  for key, needs in steps],
-        "plannedAtMs": 1000,
-    })
+    """The examples' demo plan (examples/generate.py) for `run_id`."""
+    return generate.demo_plan(run_id, f"plan-{run_id}", steps)
 
 
 def ok(out: Any) -> Any:
