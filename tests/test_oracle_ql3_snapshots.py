@@ -30,7 +30,6 @@ from qlwf.model.steprun import transition_step_run
 from qlwf.model.system import WorkflowSystem
 
 Record = dict[str, Any]
-D = {c: c * 64 for c in "123456789abcdef"}
 DIAMOND = [("fetch", []), ("left", ["fetch"]), ("right", ["fetch"]), ("report", ["left", "right"])]
 APPENDED = ("finishedAtMs", "errorCode", "errorSummary")  # records.md §6.7 "Updated copies"
 
