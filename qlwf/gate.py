@@ -25,7 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-FLOORS_PATH = Path(__file__).resolve().parent.parent / "model" / "gate_evidence.json"
+
+def _package_data(name: str) -> Path:
+    """A data file of qlwf.model, found as package data (so an installed `qlwf check` finds it too)."""
+    from importlib import resources
+
+    return Path(str(resources.files("qlwf.model").joinpath(name)))
+
+
+FLOORS_PATH = _package_data("gate_evidence.json")
 VERDICTS = ("passed", "failed", "unknown", "skipped")
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
