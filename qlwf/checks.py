@@ -14,6 +14,23 @@ from qlwf.gate import Check, Evidence, NoEvidence
 REPO = Path(__file__).resolve().parent.parent
 
 
+def load_script(path: Path, name: str) -> Any:
+    """A repository script as a module under its own name: examples/ and docs/ both hold a
+    `generate.py`, and one process (a test worker) may need both."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def spec_vectors(_opts: dict[str, Any]) -> Evidence:
     from qlwf.vectors import EXPECTED, mismatches
 
@@ -25,15 +42,9 @@ def spec_vectors(_opts: dict[str, Any]) -> Evidence:
 
 def oracle_examples(_opts: dict[str, Any]) -> Evidence:
     """Every example snapshot resolves, as does its ql3-shaped twin, and the files are what generate.py builds."""
-    import sys
-
     from qlwf.model.oracle import consult
 
-    sys.path.insert(0, str(REPO / "examples"))
-    try:
-        import generate
-    finally:
-        sys.path.pop(0)
+    generate = load_script(REPO / "examples" / "generate.py", "qlwf_examples_generate")
     built = generate.build()
     problems: list[str] = []
     stale = [n for n, c in built.items() if (REPO / "examples" / n).read_text(encoding="utf-8")

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
+from qlwf.checks import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_generated_docs_are_current() -> None:
-    sys.path.insert(0, str(REPO / "docs"))
-    try:
-        import generate
-    finally:
-        sys.path.pop(0)
+    generate = load_script(REPO / "docs" / "generate.py", "qlwf_docs_generate")
     stale = [name for name, render in generate.OUTPUTS.items()
              if (REPO / "docs" / name).read_text(encoding="utf-8") != render()]
     assert not stale, f"run `python docs/generate.py`: stale {stale}"

@@ -11,16 +11,12 @@ the way ql3 would store them; the model-shaped snapshot of the same state is the
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from qlwf.conformance.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import generate
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.invariants import consistent_binding
@@ -29,7 +25,10 @@ from qlwf.model.records import GENERIC_ATTEMPT_EXTRA_KEYS
 from qlwf.model.steprun import transition_step_run
 from qlwf.model.system import WorkflowSystem
 
+from qlwf.checks import load_script
+
 Record = dict[str, Any]
+generate = load_script(Path(__file__).resolve().parent.parent / "examples" / "generate.py", "qlwf_examples_generate")
 DIAMOND = [("fetch", []), ("left", ["fetch"]), ("right", ["fetch"]), ("report", ["left", "right"])]
 APPENDED = ("finishedAtMs", "errorCode", "errorSummary")  # records.md §6.7 "Updated copies"
 
