@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,9 +182,24 @@ time.sleep(300)
 """
 
 
+@pytest.fixture()
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A temp dir of this test alone, for the child and for this process: other processes starting
+    clusters at the same time (parallel test workers) reap stale clusters under the shared root, and
+    must not reap this test's before the test's own next start does."""
+    path = tempfile.mkdtemp(prefix="qlwfr", dir="/tmp")
+    os.chmod(path, 0o755)  # the server user (when root) must traverse it
+    monkeypatch.setattr(tempfile, "tempdir", path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("postmaster_killed", [False, True], ids=["postmaster-running", "postmaster-killed"])
-def test_next_start_reaps_a_cluster_whose_owner_was_killed(spawn: Spawn, postmaster_killed: bool) -> None:
-    proc = spawn([sys.executable, "-c", THREAD_OWNER], child_env())
+def test_next_start_reaps_a_cluster_whose_owner_was_killed(spawn: Spawn, postmaster_killed: bool,
+                                                           private_tmp: str) -> None:
+    proc = spawn([sys.executable, "-c", THREAD_OWNER], child_env(TMPDIR=private_tmp))
     cluster = held_cluster(proc)
     proc.kill()
     proc.wait(timeout=30)
