@@ -217,7 +217,7 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
                 t.join()
             if reach.gave_up is None:
                 snapshot = _through_outages(reach, port.snapshot)
-        except StorageUnreachable:
+        except StorageUnreachable:  # recorded in `reach.gave_up`, which becomes report.unreachable below
             pass
         finally:
             report.seconds = time.perf_counter() - start

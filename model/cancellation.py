@@ -8,6 +8,7 @@ from . import ids
 from . import tables as T
 from .errors import QlwfError, Unavailable
 from .records import (
+    ATTEMPT_RECEIPT_AGREEMENT,
     Failer,
     Record,
     foreign_attempt_keys,
@@ -39,13 +40,6 @@ def cancel_step_witness(rule: str, status: str, reason_kind: str) -> str:
     }.get(rule, f"cancel.step:mutate.{status}/{reason_kind}")
 
 
-# (attempt key, receipt key) pairs that cancellation.md §3 item 8c requires to agree.
-_ATTEMPT_RECEIPT_AGREEMENT = (
-    ("id", "attemptId"), ("runId", "runId"), ("stepRunId", "stepRunId"), ("attempt", "attemptNumber"),
-    ("executorType", "executorType"), ("createdAtMs", "admittedAtMs"),
-)
-
-
 def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]) -> Record:
     """cancellation.md §3 item 8 for one active entry; its attempt is a ql3 snapshot (records.md §6.7)."""
     fail = CANCEL_FAIL
@@ -63,7 +57,7 @@ def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]
     fail.check(not foreign, f"active entry {i} attempt has keys outside the RunAttempt record: {foreign[:3]}")
     # 8c: a missing key fails here, since it cannot agree with the receipt.
     fail.check(same(run["id"], receipt["runId"])
-               and all(same(attempt.get(a), receipt[r]) for a, r in _ATTEMPT_RECEIPT_AGREEMENT),
+               and all(same(attempt.get(a), receipt[r]) for a, r in ATTEMPT_RECEIPT_AGREEMENT),
                f"active entry {i} disagrees with its admission")
     fail.check(is_int31(attempt.get("callbackSequence")), f"active entry {i} callbackSequence invalid")  # 8d
     lease_status = entry["leaseStatus"]

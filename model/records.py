@@ -682,6 +682,13 @@ GENERIC_ATTEMPT_EXTRA_KEYS = (
 )
 GENERIC_ATTEMPT_KEYSET = frozenset((*ATTEMPT_KEYS, *GENERIC_ATTEMPT_EXTRA_KEYS))
 
+# (attempt key, task receipt key) pairs that must agree for an attempt handed to a pure function
+# (cancellation.md §3 item 8c, task-attempts.md §8 item 4: the same list in both).
+ATTEMPT_RECEIPT_AGREEMENT = (
+    ("id", "attemptId"), ("runId", "runId"), ("stepRunId", "stepRunId"), ("attempt", "attemptNumber"),
+    ("executorType", "executorType"), ("createdAtMs", "admittedAtMs"),
+)
+
 
 def foreign_attempt_keys(x: Record) -> list[str]:
     """Keys of a snapshot attempt that the generic RunAttempt record does not have (records.md §6.7).

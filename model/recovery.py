@@ -7,6 +7,7 @@ from typing import Any
 from . import ids
 from . import tables as T
 from .records import (
+    ATTEMPT_RECEIPT_AGREEMENT,
     Failer,
     Record,
     exact_keys,
@@ -24,12 +25,6 @@ SYSTEM_ACTOR: Record = {"type": "system"}
 
 # (reason, attempt status) → required StepRun shape ("epoch" = ready at the admitted epoch,
 # "running_epoch" = running at version + 1 with startedAtMs).
-# (attempt key, receipt key) pairs that task-attempts.md §8 item 4 requires to agree.
-_ATTEMPT_RECEIPT_AGREEMENT = (
-    ("id", "attemptId"), ("runId", "runId"), ("stepRunId", "stepRunId"), ("attempt", "attemptNumber"),
-    ("executorType", "executorType"), ("createdAtMs", "admittedAtMs"),
-)
-
 RECOVERY_FIT = {
     ("unstarted_claim_expired", "claimed"): "epoch",
     ("execution_not_running", "starting"): "epoch",
@@ -61,7 +56,7 @@ def build_task_recovery(inp: Any) -> Record:
     fail.check(is_object(attempt), "attempt must be an object")
     foreign = foreign_attempt_keys(attempt)
     fail.check(not foreign, f"attempt has keys outside the RunAttempt record: {foreign[:3]}")
-    fail.check(all(same(attempt.get(a), receipt[r]) for a, r in _ATTEMPT_RECEIPT_AGREEMENT),
+    fail.check(all(same(attempt.get(a), receipt[r]) for a, r in ATTEMPT_RECEIPT_AGREEMENT),
                "attempt disagrees with its receipt")
     fail.check(type(attempt.get("status")) is str and attempt["status"] in T.ACTIVE_ATTEMPT, "attempt is not active")
     fail.check(is_int31(attempt.get("callbackSequence")), "callbackSequence invalid")

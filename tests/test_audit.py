@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,22 +103,26 @@ class Expected:
     check: str
 
 
-class Store:
+class Store(ABC):
     """Direct SQL on one dialect: `?` placeholders, PascalCase table names; every write commits."""
 
     dialect: str
 
+    @abstractmethod
     def table(self, name: str) -> str:
-        raise NotImplementedError
+        """Per dialect."""
 
+    @abstractmethod
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+        """Per dialect."""
 
+    @abstractmethod
     def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
-        raise NotImplementedError
+        """Per dialect."""
 
+    @abstractmethod
     def json_key_set(self, column: str, key: str) -> str:
-        raise NotImplementedError
+        """Per dialect."""
 
     json_param = "?"
 
