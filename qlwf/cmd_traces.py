@@ -51,7 +51,8 @@ def register(subparsers: Any) -> None:
     check.set_defaults(func=run_check)
 
 
-def run_export(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_export(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     if not args.corpus and not args.generated:
         print("qlwf traces export: nothing to export (give --corpus and/or --generated N)", file=sys.stderr)
         return 2
@@ -64,7 +65,8 @@ def run_export(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     results = [trace_check.check_file(path) for path in args.files]
     for r in results:
         print(json.dumps(r.to_json(), ensure_ascii=False) if args.json else r.render(), file=out)
