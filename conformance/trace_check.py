@@ -117,8 +117,15 @@ def claimed_state(recorded_state: Any, before: Snapshot) -> Snapshot | None:
             table.pop(tuple(change["key"]), None)
         else:
             table[tuple(change["key"])] = change["record"]
-    return {kind: [table[k] for k in sorted(table, key=lambda k: tuple(str(x) for x in k))]
-            for kind, table in out.items()}
+    return {kind: [table[k] for k in _key_order(table)] for kind, table in out.items()}
+
+
+def _key_order(table: dict[tuple[Any, ...], Record]) -> list[tuple[Any, ...]]:
+    """Snapshot order: by key, strings by code point and numbers by value (events by runId, then sequence)."""
+    try:
+        return sorted(table)
+    except TypeError:  # a hand-edited key of another type: any stable order, the diff reports the record
+        return sorted(table, key=lambda k: tuple(str(x) for x in k))
 
 
 def _key(kind: str, record: Record) -> list[Any]:

@@ -19,7 +19,7 @@ from qlwf.conformance.model_port import ModelPort
 from qlwf.conformance.protocol_schema import SCHEMA_DIR, document_problems
 from qlwf.conformance.runner import CORPUS_DIR
 from qlwf.conformance.trace import KIND_KEYS, TraceFormatError, from_json, load, record
-from qlwf.conformance.trace_check import check_document, check_file
+from qlwf.conformance.trace_check import check_document, check_file, claimed_state
 from qlwf.impl.port import COMMAND_NAMES
 from qlwf.model.replay import replay_trace
 
@@ -31,7 +31,8 @@ SCHEMA = json.loads((SCHEMA_DIR / "trace.json").read_text(encoding="utf-8"))
 
 
 def fresh(name: str = "adr0228-timeout-mapping", form: str = "changes") -> Doc:
-    return record(load(CORPUS_DIR / f"{name}.json").inputs(), form).to_json()
+    """A freshly recorded trace as a file would hold it (a JSON round trip: no record shared between steps)."""
+    return json.loads(json.dumps(record(load(CORPUS_DIR / f"{name}.json").inputs(), form).to_json()))
 
 
 def writing_steps(doc: Doc) -> list[int]:
@@ -159,10 +160,13 @@ def test_a_changed_outcome_is_reported_at_its_step() -> None:
     assert f"first wrong step {k} " in result.render() and "status: trace=\"finished\"" in result.render()
 
 
+@pytest.mark.parametrize("position", [3, -1])  # -1: past event sequence 10, where string order would be wrong
 @pytest.mark.parametrize("form", ["changes", "snapshot"])
-def test_a_changed_record_is_reported_with_a_record_level_diff(form: str) -> None:
+def test_a_changed_record_is_reported_with_a_record_level_diff(form: str, position: int) -> None:
     doc = fresh(form=form)
-    k = writing_steps(fresh())[3]
+    plain = fresh()
+    k = [i for i in writing_steps(plain) if any(c["kind"] == "runs" for c in plain["steps"][i]["state"]["changes"])
+         ][position]
     records = (doc["steps"][k]["state"]["changes"] if form == "changes"
                else [{"kind": kind, "record": r} for kind, rs in doc["steps"][k]["state"]["snapshot"].items()
                      for r in rs])
@@ -285,3 +289,69 @@ def test_cli_export_needs_something_to_export(tmp_path: Path, capsys: pytest.Cap
     code, _, err = _qlwf(["traces", "export", str(tmp_path)], capsys)
     assert code == 2 and "nothing to export" in err
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Removals (the format can express them although the model never removes a record)
+def test_a_removal_change_takes_the_record_out_of_the_claimed_state() -> None:
+    doc = fresh()
+    first = doc["steps"][0]["state"]["changes"]
+    before = claimed_state({"changes": first}, doc["initialState"])
+    assert before is not None
+    run = next(c for c in first if c["kind"] == "runs")
+    after = claimed_state({"changes": [{"kind": "runs", "key": run["key"], "record": None}]}, before)
+    assert after is not None and after["runs"] == [] and after["events"] == before["events"]
+
+
+class ScriptedPort:
+    """A port whose store is a script of snapshots, one per step: enough to drive the replayer's removal path."""
+
+    def __init__(self, snapshots: list[dict[str, list[dict[str, Any]]]]) -> None:
+        self.snapshots = snapshots
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        return self.snapshots.pop(0)
+
+
+def test_the_replayer_applies_removals() -> None:
+    import support.trace_replayer as replayer
+
+    empty = {kind: [] for kind in KIND_KEYS}
+    lease = {"attemptId": "a-1", "status": "leased"}
+    doc = {"format": "qlwf-trace", "version": 1, "stateForm": "changes", "recordKeys": dict(KIND_KEYS),
+           "initialState": empty, "steps": [
+               {"op": "corrupt", "kind": "leases", "key": ["a-1"], "patch": {}, "atMs": 0, "state": {"changes": [
+                   {"kind": "leases", "key": ["a-1"], "record": lease}]}},
+               {"op": "advance_time", "atMs": 5, "state": {"changes": [
+                   {"kind": "leases", "key": ["a-1"], "record": None}]}}]}
+
+    class Port(ScriptedPort):
+        def corrupt(self, *_: Any) -> None:
+            pass
+
+    with_lease = {**empty, "leases": [lease]}
+    assert len(replayer.replay(json.dumps(doc), Port([empty, with_lease, empty]))) == 2
+    with pytest.raises(replayer.Mismatch) as caught:
+        replayer.replay(json.dumps(doc), Port([empty, with_lease, with_lease]))
+    assert caught.value.index == 1 and "leases" in caught.value.what
+
+
+# ------------------------------------------------------------------------------------------------
+# The example of docs/traces.md
+def test_the_docs_example_is_current_checks_and_replays_on_sqlite() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+    try:
+        import traces_example
+    finally:
+        sys.path.pop(0)
+    from qlwf.impl.sqlite.adapter import SqliteAdapter
+    from support.trace_replayer import replay
+
+    text = traces_example.DOC.read_text(encoding="utf-8")
+    assert traces_example.updated(text, traces_example.render()) == text, "stale: run python docs/traces_example.py"
+    doc = traces_example.example_trace().to_json()
+    assert check_document(doc, "example").status == "ok"
+    with SqliteAdapter() as port:
+        assert len(replay(json.dumps(doc), port)) == 4
