@@ -69,7 +69,9 @@ class CheckResult:
         what = w.step.get("name") if w.step.get("op") == "command" else w.step.get("op")
         lines = [f"WRONG   {self.path}: first wrong step {w.index} ({what}): {w.key} differs"]
         if w.key == "state" and w.record_diffs:
-            lines.append(f"  digest: recorded {str(w.recorded.get('digest'))[:16]}…, model {w.model['digest'][:16]}…")
+            recorded, model = str(w.recorded.get("digest")), w.model["digest"]
+            lines.append(f"  digest: {model[:16]}… in both (the records were edited, not the digest)"
+                         if recorded == model else f"  digest: recorded {recorded[:16]}…, model {model[:16]}…")
         else:
             lines += [f"  recorded: {_short(w.recorded)}", f"  model:    {_short(w.model)}"]
         if w.key == "outcome":
