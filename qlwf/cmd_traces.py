@@ -74,4 +74,4 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not args.json:
         print(f"traces check: {len(results)} file(s): {counts['ok']} ok, {counts['wrong']} wrong, "
               f"{counts['invalid']} invalid", file=out)
-    return max(r.exit_code for r in results)
+    return max(r.exit_code for r in results)  # 2 (invalid) wins over 1 (wrong)
