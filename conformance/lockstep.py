@@ -23,7 +23,7 @@ from qlwf.model.state import State
 
 from .coverage import Coverage
 from .diff import RecordDiff, snapshot_diff
-from .trace import Trace, model_step, snapshot_digest
+from .trace import ModelStep, Trace, expectations, first_difference, model_step
 
 Record = dict[str, Any]
 InvariantCheck = Callable[[State], list[Any]]
@@ -175,7 +175,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                                model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
                                violations=violations)
         if recorded:
-            problem = _expectation_problem(step, done.state.clock, done.outcome, done.rules, model_snapshot)
+            problem = _expectation_problem(step, done, state.snapshot(), model_snapshot, trace.state_form)
             if problem:
                 return diverge("expectation", f"the model no longer produces the recorded step: {problem}",
                                model_outcome=done.outcome, backend_outcome=step.get("outcome"), rules=done.rules)
@@ -198,15 +198,15 @@ def _backend_only_violations(check: InvariantCheck, snapshot: dict[str, list[Rec
     return [v for v in found if v not in expected]
 
 
-def _expectation_problem(step: Record, clock: int, outcome: Record | None, rules: tuple[str, ...],
-                         snapshot: dict[str, list[Record]]) -> str | None:
-    if step["clock"] != clock:
-        return f"clock {clock} != recorded {step['clock']}"
-    if outcome is not None and canonical_json(outcome) != canonical_json(step.get("outcome")):
-        return "outcome differs from the recorded outcome"
-    if outcome is not None and list(rules) != step.get("rules", list(rules)):
-        return f"rules {list(rules)} != recorded {step.get('rules')}"
-    digest = snapshot_digest(snapshot)
-    if digest != step["state"]["digest"]:
-        return f"state digest {digest[:16]}… != recorded {step['state']['digest'][:16]}…"
-    return None
+def _expectation_problem(step: Record, done: ModelStep, before: dict[str, list[Record]],
+                         after: dict[str, list[Record]], state_form: str) -> str | None:
+    """Every recorded expectation (time, outcome, rules, digest and each explicit record) against the model."""
+    found = first_difference(step, expectations(done, before, after, state_form))
+    if found is None:
+        return None
+    key, recorded, model = found
+    if key == "state" and isinstance(recorded, dict) and recorded.get("digest") != model["digest"]:
+        return f"state digest {model['digest'][:16]}… != recorded {str(recorded.get('digest'))[:16]}…"
+    if key == "state":
+        return f"the recorded {state_form} differ from the model's (same digest: the records were edited)"
+    return f"{key} {_compact(model, 120)} != recorded {_compact(recorded, 120)}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import Phase
 from mutants import MUTANTS, Mutant
+from qlwf.conformance.protocol_schema import document_problems
 from qlwf.conformance.trace import Trace, advance, command, load
 from qlwf.model.explore import Config, build_plan, dag_shapes, explore
 from qlwf.model.invariants import consistent_binding
@@ -88,6 +90,9 @@ def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: p
                     database=None)
     trace = load(tmp_path / "stateful.json")
     assert trace.description.startswith("stateful counterexample") and "INV-28" in trace.description
+    # written self-contained (docs/traces.md): schema-valid, every expectation recorded
+    assert document_problems("trace", json.loads((tmp_path / "stateful.json").read_text())) == []
+    assert trace.recorded and trace.steps[0]["atMs"] == trace.initial_clock
     (step,) = trace.steps  # shrunk to the one admission
     assert step["name"] == "admit_workflow" and len(step["args"]["plan"]["steps"]) == 1
     lines: list[str] = []
