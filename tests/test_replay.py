@@ -72,6 +72,7 @@ def test_explorer_counterexample_replays_to_the_same_violation(monkeypatch: pyte
     replayed = replay_trace(load(path), out=lambda _: None)
     at, violation = replayed.first_violation or (None, None)
     assert at == len(replayed.steps) - 1 and violation is not None and violation.invariant == "INV-21"
+    assert not document_problems("trace", json.loads(path.read_text())), "saved in the self-contained form"
 
 
 def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: pytest.MonkeyPatch,
