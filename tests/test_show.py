@@ -73,7 +73,7 @@ def test_markdown_colours_the_dag_at_the_chosen_step() -> None:
 
 def test_failing_step_is_the_default_and_names_the_violation() -> None:
     trace = load(READIED)
-    # overwrite a StepRun's status behind the commands' back: its digest no longer matches (INV-6)
+    # overwrite a StepRun's status behind the commands' back: its digest no longer matches
     steps = [*trace.inputs().steps[:3], corruption("stepRuns", ["run-1:b"], {"status": "succeeded"}),
              *trace.inputs().steps[3:6]]
     view = render.build(Trace("planted drift", trace.initial_clock, steps, "drift"))
