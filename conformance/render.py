@@ -116,7 +116,7 @@ class TraceView:
         return step
 
 
-def _compact(value: Any, limit: int = 160) -> str:
+def _compact(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
