@@ -76,6 +76,7 @@ class StepView:
     violations: list[str]
     clock: int
     statuses: dict[tuple[str, str], str]  # (runId, stepKey) -> StepRun status after the step
+    run_statuses: dict[str, str] = field(default_factory=dict)  # runId -> Run status after the step
     disagreement: str | None = None  # the recorded expectation the model no longer produces
     crash: str | None = None  # the model raised on this step
 
@@ -106,6 +107,10 @@ class TraceView:
 
     def statuses_at(self, step: int | None) -> dict[tuple[str, str], str]:
         return {} if step is None else self.steps[step].statuses
+
+    def run_label(self, run_id: str, step: int | None) -> str:
+        status = None if step is None else self.steps[step].run_statuses.get(run_id)
+        return f"{run_id} · {status}" if status else run_id
 
     def resolve_step(self, step: int | None) -> int | None:
         if step is None:
@@ -151,6 +156,10 @@ def _statuses(snapshot: dict[str, list[Record]]) -> dict[tuple[str, str], str]:
     return {(r["runId"], r["stepKey"]): r["status"] for r in snapshot.get("stepRuns", [])}
 
 
+def _run_statuses(snapshot: dict[str, list[Record]]) -> dict[str, str]:
+    return {r["id"]: r["status"] for r in snapshot.get("runs", [])}
+
+
 def _nodes(snapshot: dict[str, list[Record]]) -> list[DagNode]:
     return [DagNode(r["runId"], r["stepKey"], tuple(r.get("needs", ()))) for r in snapshot.get("admissionSteps", [])]
 
@@ -168,7 +177,7 @@ def build(trace: Trace) -> TraceView:
             done = model_step(state, step)
         except Exception as e:  # a model crash is the finding: show it and stop
             view.steps.append(StepView(i, step["op"], command, args, "", (), [], [], state.clock, _statuses(before),
-                                       crash=f"{type(e).__name__}: {e}"))
+                                       _run_statuses(before), crash=f"{type(e).__name__}: {e}"))
             break
         after = done.state.snapshot()
         for node in _nodes(after):
@@ -177,7 +186,7 @@ def build(trace: Trace) -> TraceView:
                 view.nodes.append(node)
         view.steps.append(StepView(
             i, step["op"], command, args, _outcome_text(done.outcome), done.rules, state_diff(before, after),
-            [str(v) for v in check_invariants(done.state)], done.state.clock, _statuses(after),
+            [str(v) for v in check_invariants(done.state)], done.state.clock, _statuses(after), _run_statuses(after),
             _disagreement(step, done.outcome, done.rules, done.state.clock)))
         state, before = done.state, after
     return view
@@ -209,7 +218,7 @@ def mermaid(view: TraceView, step: int | None) -> str:
     ids = {(n.run_id, n.step_key): f"n{i}" for i, n in enumerate(view.nodes)}
     out = ["```mermaid", "flowchart TD"]
     for r, run in enumerate(view.runs):
-        out.append(f'  subgraph run{r}["{run}"]')
+        out.append(f'  subgraph run{r}["{view.run_label(run, step)}"]')
         for n in (n for n in view.nodes if n.run_id == run):
             status = statuses.get((run, n.step_key), "absent")
             out.append(f'    {ids[(run, n.step_key)]}["{n.step_key}<br/>{status}"]:::{status}')

@@ -78,7 +78,8 @@ def html(view: TraceView, step: int | None = None, engine: str = "auto") -> str:
     for run in view.runs:
         drawing, used = svg(view, run, chosen, engine)
         engines.add(used)
-        out.append(f'<figure data-run-id="{escape(run)}"><figcaption>{escape(run)}</figcaption>{drawing}</figure>')
+        caption = escape(view.run_label(run, chosen))
+        out.append(f'<figure data-run-id="{escape(run)}"><figcaption>{caption}</figcaption>{drawing}</figure>')
     legend = "".join(f'<span style="background:{fill};color:{text}">{escape(status)}</span>'
                      for status, (fill, text) in STATUS_COLOURS.items())
     out.append(f'<p class="legend">{legend}</p>')

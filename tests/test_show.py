@@ -67,6 +67,7 @@ def test_markdown_colours_the_dag_at_the_chosen_step() -> None:
     for (_, key), status in statuses.items():
         assert re.search(rf'\["{key}<br/>{status}"\]:::{status}', dag), (key, status, dag)
     assert dag.count(" --> ") == len(plan_edges(trace))
+    assert 'subgraph run0["run-1 · running"]' in dag
     assert f"| **{advanced}** | `advance_frontier`" in md
     assert "step:frontier.ready" in md.split(f"| **{advanced}** |", 1)[1].split("\n", 1)[0]
 

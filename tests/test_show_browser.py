@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from qlwf.conformance import runner
-from qlwf.conformance.trace import load
+from qlwf.conformance.generators import generate
+from qlwf.conformance.trace import load, save
 
 from qlwf.cli import main as cli
 
@@ -58,10 +59,13 @@ def test_console_errors_are_seen(tmp_path: Path) -> None:
     assert any("planted" in m for m in console) and any("ReferenceError" in m for m in console), console
 
 
-@pytest.mark.parametrize("name", TRACES)
+@pytest.mark.parametrize("name", [*TRACES, "generated-3"])
 def test_html_loads_cleanly_and_shows_every_step_key(name: str, tmp_path: Path) -> None:
     exe = chromium()
     source = runner.CORPUS_DIR / f"{name}.json"
+    if name.startswith("generated-"):  # several workflows in one trace
+        source = tmp_path / f"{name}.json"
+        save(generate(int(name.split("-")[1])), source)
     trace = load(source)
     page = tmp_path / f"{name}.html"
     assert cli(["show", str(source), "--html", str(page)]) == 0
@@ -69,7 +73,7 @@ def test_html_loads_cleanly_and_shows_every_step_key(name: str, tmp_path: Path) 
     assert console == [], console
     keys = {(p["stepKey"], s["args"]["plan"]["runId"]) for s in trace.steps
             if s["op"] == "command" and s["name"] == "admit_workflow" for p in s["args"]["plan"]["steps"]}
-    assert keys
+    assert keys and (len({run for _, run in keys}) > 1 or not name.startswith("generated-"))
     for key, run_id in keys:
         figure = re.search(rf'<figure data-run-id="{re.escape(run_id)}">(.*?)</figure>', dom, re.S)
         assert figure is not None, run_id
