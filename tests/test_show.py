@@ -230,3 +230,21 @@ def test_saved_trace_round_trips_through_show(tmp_path: Path) -> None:
     plain, recorded = render.build(load(tmp_path / "plain.json")), render.build(trace)
     assert [s.statuses for s in plain.steps] == [s.statuses for s in recorded.steps]
     assert [s.rules for s in plain.steps] == [tuple(s.get("rules", ())) for s in trace.steps]
+
+
+def test_the_gates_conformance_check_saves_and_names_its_counterexample(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from qlwf.conformance import backends
+    from test_conformance import BrokenBackend
+
+    from qlwf import checks
+
+    monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
+    backends.register("broken-gate", BrokenBackend, "test only")
+    try:
+        evidence = checks._conformance("broken-gate", corpus=True, traces=0, seed=1)
+    finally:
+        backends.unregister("broken-gate")
+    (problem,) = evidence.problems
+    (path,) = re.findall(r"render it: +qlwf show (\S+) --step \d+ --html", problem)
+    assert Path(path).parent == tmp_path and load(path).description.startswith("conformance divergence on broken-gate")
