@@ -23,6 +23,7 @@ from qlwf.model.state import State
 
 from .coverage import Coverage
 from .diff import RecordDiff, snapshot_diff
+from .render import show_command
 from .trace import ModelStep, Trace, expectations, first_difference, model_step
 
 Record = dict[str, Any]
@@ -53,6 +54,8 @@ class Divergence:
     record_diffs: list[RecordDiff] = field(default_factory=list)
     rules: tuple[str, ...] = ()
     violations: list[str] = field(default_factory=list)
+    source: Trace | None = field(default=None, repr=False, compare=False)  # the diverging trace, to save it
+    trace_file: str | None = None  # where the runner saved it (printed with the `qlwf show` command)
 
     def render(self) -> str:
         s = self.step
@@ -71,13 +74,16 @@ class Divergence:
         if self.violations:
             lines.append("  invariant violations on the backend snapshot:")
             lines += [f"    {v}" for v in self.violations[:20]]
+        if self.trace_file:
+            lines.append(f"  trace:           {self.trace_file}")
+            lines.append(f"  render it:       {show_command(self.trace_file, self.step_index)}")
         return "\n".join(lines)
 
     def to_json(self) -> Record:
         return {"trace": self.trace, "stepIndex": self.step_index, "step": self.step, "kind": self.kind,
                 "message": self.message, "modelOutcome": self.model_outcome, "backendOutcome": self.backend_outcome,
                 "recordDiffs": [d.to_json() for d in self.record_diffs], "rules": list(self.rules),
-                "violations": self.violations}
+                "violations": self.violations, "traceFile": self.trace_file}
 
 
 def _compact(value: Any, limit: int = 400) -> str:
@@ -125,7 +131,8 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         result.steps = i + 1
 
         def diverge(kind: str, message: str, **extra: Any) -> LockstepResult:
-            result.divergence = Divergence(result.trace, i, step, kind, message, **extra)  # noqa: B023
+            result.divergence = Divergence(result.trace, i, step, kind, message,  # noqa: B023
+                                           source=trace, **extra)
             return result
 
         t0 = time.perf_counter()

@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_explore",
     "qlwf.cmd_audit",
     "qlwf.cmd_traces",
+    "qlwf.cmd_show",
 )
 
 

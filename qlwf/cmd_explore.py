@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, save
 from qlwf.conformance.trace_export import record_for_saving
 from qlwf.model.explore import FULL, Alphabet, Config, ExploreReport, Finding, ShapeReport, default_alphabet, explore
@@ -99,5 +100,5 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for f in findings[:10]:
             out.write(f"VIOLATION [{f.shape}] {f.kind}: {f.message}\n")
         for p in paths:
-            out.write(f"counterexample trace: {p}\n")
+            out.write(f"counterexample trace: {p}\nrender it: {show_command(p)}\n")
     return 1 if findings else 0

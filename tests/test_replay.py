@@ -86,10 +86,12 @@ def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: p
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
     mutant("frontier_terminal_with_ready_step").apply(monkeypatch)
-    with pytest.raises(AssertionError, match="INV-28"):
+    with pytest.raises(AssertionError, match="INV-28") as failure:
         run_machine(Unrecorded, max_examples=20, phases=[Phase.generate, Phase.shrink], derandomize=True,
                     database=None)
-    trace = load(tmp_path / "stateful.json")
+    saved = tmp_path / "stateful.json"
+    assert f"render it: qlwf show {saved} --html {tmp_path / 'stateful.html'}" in str(failure.value)
+    trace = load(saved)
     assert trace.description.startswith("stateful counterexample") and "INV-28" in trace.description
     # written self-contained (docs/traces.md): schema-valid, every expectation recorded
     assert document_problems("trace", json.loads((tmp_path / "stateful.json").read_text())) == []

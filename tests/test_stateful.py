@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, advance, command, save
 from qlwf.conformance.trace_export import record_for_saving
 from qlwf.model import tables as T
@@ -103,9 +104,9 @@ class WorkflowMachine(RuleBasedStateMachine):
         directory.mkdir(parents=True, exist_ok=True)
         profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
         description = f"stateful counterexample (profile {profile}): {message.splitlines()[0][:400]}"
-        save(record_for_saving(Trace(description, INITIAL_CLOCK, [*self.steps, *extra_steps], "stateful")),
-             directory / "stateful.json")
-        raise AssertionError(message)
+        path = directory / "stateful.json"
+        save(record_for_saving(Trace(description, INITIAL_CLOCK, [*self.steps, *extra_steps], "stateful")), path)
+        raise AssertionError(f"{message}\ncounterexample trace: {path}\nrender it: {show_command(path)}")
 
     def do(self, name: str, args: Any, expect: Expect | None = None) -> Outcome:
         before = self.state
