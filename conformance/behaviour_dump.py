@@ -177,10 +177,10 @@ def oracle(inputs: list[Record]) -> Record:
     return answers
 
 
-def proofs(bound: int) -> list[Record]:
+def proofs(bound: int, only: list[str] | None) -> list[Record]:
     from qlwf.proofs import runner
 
-    results = runner.run(runner.Options(bound=bound))
+    results = runner.run(runner.Options(bound=bound, only=only))
     return [{"name": r.name, "result": r.result, "detail": r.detail} for r in results]
 
 
@@ -251,7 +251,7 @@ def run(req: Record) -> Record:
     if req.get("record") is not None:
         out["record"] = record(req["record"], req["initial_clock"], bool(req.get("record_full")))
     if req.get("proofs"):
-        out["proofs"] = proofs(req["proofs"]["bound"])
+        out["proofs"] = proofs(req["proofs"]["bound"], req["proofs"].get("only"))
     return out
 
 

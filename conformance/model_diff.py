@@ -49,6 +49,7 @@ class Options:
     max_steps: int = 2
     shapes: list[str] | None = None
     proofs_bound: int | None = 2  # None: proofs not run
+    proofs_only: list[str] | None = None  # fnmatch patterns of property names (the runner's `only`)
     oracle: bool = True
     witness_dir: Path = Path("reports/diff")
 
@@ -371,7 +372,7 @@ class DiffReport:
         return {
             "base": self.base.label, "head": self.head.label, "identical": self.identical,
             "scope": {"maxSteps": self.options.max_steps, "shapes": self.options.shapes,
-                      "proofBound": self.options.proofs_bound},
+                      "proofBound": self.options.proofs_bound, "proofsOnly": self.options.proofs_only},
             "tables": [c.to_json() for c in self.tables],
             "behaviour": {"statesBase": b.states_base, "statesHead": b.states_head,
                           "comparedStates": b.compared_states, "comparedTransitions": b.compared_transitions,
@@ -392,7 +393,7 @@ def _request(opts: Options, inputs: list[Record] | None, traces: list[Record] | 
     if traces is not None:
         req["corpus"] = traces
     if opts.proofs_bound is not None:
-        req["proofs"] = {"bound": opts.proofs_bound}
+        req["proofs"] = {"bound": opts.proofs_bound, "only": opts.proofs_only}
     return req
 
 

@@ -31,6 +31,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", action="append", metavar="NAME",
                    help="explore only this shape, e.g. '2:a>b' (repeatable; names as `qlwf explore` prints them)")
     p.add_argument("--bound", type=_k, default=2, metavar="N", help="proof bound N (default 2)")
+    p.add_argument("--prove-only", action="append", metavar="NAME",
+                   help="only these proof properties (fnmatch pattern as for `qlwf prove --only`; repeatable)")
     p.add_argument("--no-proofs", action="store_true", help="do not run the proofs (reported as not run)")
     p.add_argument("--no-oracle", action="store_true", help="do not compare oracle answers (reported as not run)")
     p.add_argument("--witness-dir", default="reports/diff", metavar="DIR",
@@ -55,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     from qlwf.conformance.model_diff import DumpError, Options, diff
 
     opts = Options(max_steps=args.max_steps, shapes=args.shape, proofs_bound=None if args.no_proofs else args.bound,
-                   oracle=not args.no_oracle, witness_dir=Path(args.witness_dir))
+                   proofs_only=args.prove_only, oracle=not args.no_oracle, witness_dir=Path(args.witness_dir))
     try:
         repo: Path | None
         if args.repo is not None:
