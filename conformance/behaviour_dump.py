@@ -57,6 +57,10 @@ def outcome_summary(outcome: Any) -> list[Any] | None:
     return ["ok", result.get("status") if isinstance(result, dict) else None]
 
 
+def crash(e: Exception) -> list[Any]:
+    return ["crash", f"{type(e).__name__}: {e}"[:200]]
+
+
 def outcome_digest(outcome: Any) -> str | None:
     if outcome is None:
         return None
@@ -100,6 +104,12 @@ class Explorer:
             args["attemptId"] = attempts.get(args["attemptId"], args["attemptId"])
         return step["name"] + json.dumps(args, sort_keys=True, separators=(",", ":"))
 
+    def take(self, state: Any, step: Record) -> tuple[Any, Any]:
+        if step["op"] == "advance_time":
+            return self.system.advance_time(state, step["deltaMs"]), None
+        outcome = self.system.apply(state, {"name": step["name"], "args": step["args"]})
+        return outcome.state, outcome
+
     def shape(self, shape: Any) -> Record:
         x = self.x
         n = shape[0]
@@ -124,11 +134,12 @@ class Explorer:
                 choices = [a.step for a in x.actions(state, alphabet)]
             out_edges = []
             for step in choices:
-                if step["op"] == "advance_time":
-                    new, outcome = self.system.advance_time(state, step["deltaMs"]), None
-                else:
-                    outcome = self.system.apply(state, {"name": step["name"], "args": step["args"]})
-                    new = outcome.state
+                try:
+                    new, outcome = self.take(state, step)
+                except Exception as e:  # a model that crashes on a choice: that is its behaviour there
+                    out_edges.append([self.label(state, step, names), step, crash(e), [], key, None,
+                                      nodes[key][3]])
+                    continue
                 new_key = key if new is state else self.frame(new, renamings)[0] if new.runs else ROOT
                 rules = sorted(outcome.rules) if outcome is not None else []
                 out_edges.append([self.label(state, step, names), step, outcome_summary(outcome), rules, new_key,
@@ -195,18 +206,25 @@ def record(step_lists: list[list[Record]], initial_clock: int, full: bool) -> li
         state = State(clock=initial_clock)
         rows = []
         for step in steps:
-            if step["op"] == "advance_time":
-                state, outcome = advance_time(state, step["deltaMs"]), None
-            else:
-                outcome = apply(state, {"name": step["name"], "args": step["args"]})
-                state = outcome.state
+            try:
+                if step["op"] == "advance_time":
+                    state, outcome = advance_time(state, step["deltaMs"]), None
+                else:
+                    outcome = apply(state, {"name": step["name"], "args": step["args"]})
+                    state = outcome.state
+            except Exception as e:  # reported as this model's answer to the step; the rest is not run
+                rows.append({"outcome": crash(e), "rules": [], "snapshot": None})
+                break
             rows.append({"outcome": outcome_summary(outcome), "rules": list(outcome.rules) if outcome else [],
                          "snapshot": snapshot_digest(state)})
         item: Record = {"steps": rows}
         if full:
             from .trace import Trace
             from .trace import record as record_trace
-            item["trace"] = record_trace(Trace("", initial_clock, [dict(s) for s in steps])).to_json()
+            try:
+                item["trace"] = record_trace(Trace("", initial_clock, [dict(s) for s in steps])).to_json()
+            except Exception:  # the model crashes on a step (reported in `steps`): keep the inputs only
+                item["trace"] = None
         out.append(item)
     return out
 
@@ -224,13 +242,17 @@ def corpus(traces: list[Record]) -> Record:
         rows = []
         for step in t["steps"]:
             outcome = None
-            if step["op"] == "advance_time":
-                state = advance_time(state, step["deltaMs"])
-            elif step["op"] == "corrupt":
-                state = corrupt_state(state, step["kind"], step["key"], step["patch"])
-            else:
-                outcome = apply(state, {"name": step["name"], "args": step["args"]})
-                state = outcome.state
+            try:
+                if step["op"] == "advance_time":
+                    state = advance_time(state, step["deltaMs"])
+                elif step["op"] == "corrupt":
+                    state = corrupt_state(state, step["kind"], step["key"], step["patch"])
+                else:
+                    outcome = apply(state, {"name": step["name"], "args": step["args"]})
+                    state = outcome.state
+            except Exception as e:  # reported as this model's answer to the step; the rest is not run
+                rows.append([crash(e), None, [], None])
+                break
             rows.append([outcome_summary(outcome), outcome_digest(outcome),
                          sorted(outcome.rules) if outcome else [], snapshot_digest(state)])
         out[t["name"]] = rows

@@ -33,8 +33,10 @@ def summary_lines(r: DiffReport) -> list[str]:
     if r.proofs is None:
         lines.append("* proofs: not run")
     else:
+        def counts(side: dict[str, int]) -> str:
+            return ", ".join(f"{n} {result}" for result, n in side.items()) or "none"
         lines.append(f"* proofs (bound {o.proofs_bound}): {len(r.proofs)} of {r.proof_count[1]} propert(ies) changed "
-                     f"status ({r.proof_count[0]} in base)")
+                     f"status (base: {counts(r.proof_results[0])}; head: {counts(r.proof_results[1])})")
     if r.oracle is None:
         lines.append("* oracle: not run")
     else:

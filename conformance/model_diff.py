@@ -155,6 +155,8 @@ def _rule_delta(m: Member) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def outcome_text(summary: list[Any] | None) -> str:
     if summary is None:
         return "time step"
+    if summary[0] == "crash":
+        return f"crash {summary[1]}"
     if summary[0] == "ok":
         return f"ok {summary[1]}" if summary[1] else "ok"
     return f"{summary[1]} {summary[3]} ({summary[2]})"
@@ -356,6 +358,7 @@ class DiffReport:
     behaviour: BehaviourDiff
     proofs: list[Record] | None  # None: not run
     proof_count: tuple[int, int]
+    proof_results: tuple[dict[str, int], dict[str, int]]  # per side: how many properties per result
     oracle: list[Record] | None
     oracle_count: int
     corpus: list[Record] | None = None
@@ -379,11 +382,19 @@ class DiffReport:
                           "statesOnlyInBase": sum(len(v) for v in b.only_base.values()),
                           "statesOnlyInHead": sum(len(v) for v in b.only_head.values()),
                           "groups": [g.to_json() for g in b.groups]},
-            "proofs": None if self.proofs is None else {"properties": list(self.proof_count), "changed": self.proofs},
+            "proofs": None if self.proofs is None else {"properties": list(self.proof_count),
+                                                        "results": list(self.proof_results), "changed": self.proofs},
             "oracle": None if self.oracle is None else {"inputs": self.oracle_count, "changed": self.oracle},
             "corpus": None if self.corpus is None else {"traces": self.corpus_count, "changed": self.corpus},
             "seconds": round(self.seconds, 2),
         }
+
+
+def _results(results: list[Record]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _request(opts: Options, inputs: list[Record] | None, traces: list[Record] | None) -> Record:
@@ -410,6 +421,7 @@ def diff(base: Tree, head: Tree, opts: Options) -> DiffReport:
     report = DiffReport(base, head, opts, diff_tables(b["tables"], h["tables"]), behaviour,
                         compare_proofs(b["proofs"], h["proofs"]) if "proofs" in b else None,
                         (len(b.get("proofs", [])), len(h.get("proofs", []))),
+                        (_results(b.get("proofs", [])), _results(h.get("proofs", []))),
                         compare_oracle(b["oracle"], h["oracle"]) if inputs is not None else None,
                         len(inputs or []),
                         compare_corpus(traces, b["corpus"], h["corpus"]) if traces is not None else None,
@@ -428,10 +440,12 @@ def write_witnesses(report: DiffReport, base: dict[str, Record], head: dict[str,
         (report.head, {"record": paths, "initial_clock": INITIAL_CLOCK, "record_full": True})])
     directory = report.options.witness_dir
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("diff-[0-9][0-9]-*.json"):  # an earlier run's witnesses: never mix two reports
+        stale.unlink()
     for n, (g, steps, rb, rh) in enumerate(zip(groups, paths, rec_base["record"], rec_head["record"], strict=True), 1):
         rows = []
         first = None
-        for i, (step, sb, sh) in enumerate(zip(steps, rb["steps"], rh["steps"], strict=True)):
+        for i, (step, sb, sh) in enumerate(zip(steps, rb["steps"], rh["steps"], strict=False)):
             differs = (sb["outcome"], sorted(sb["rules"]), sb["snapshot"]) != (
                 sh["outcome"], sorted(sh["rules"]), sh["snapshot"])
             if differs and first is None:
@@ -444,9 +458,12 @@ def write_witnesses(report: DiffReport, base: dict[str, Record], head: dict[str,
         description = (f"qlwf diff witness {n} (shape {m.shape}): {g.title()}. Recorded through the working "
                        f"tree's model; the base ({report.base.label}) first differs at step "
                        f"{first if first is not None else '(none)'}")
-        t = from_json(rh["trace"], name)
         path = directory / f"{name}.json"
-        save(Trace(description, t.initial_clock, t.steps, name), path)
+        if rh["trace"] is not None:
+            t = from_json(rh["trace"], name)
+            save(Trace(description, t.initial_clock, t.steps, name), path)
+        else:  # the working tree's model crashes on the path: an unrecorded (inputs only) trace
+            save(Trace(description, INITIAL_CLOCK, steps, name), path)
         g.witness = {"file": str(path), "shape": m.shape, "steps": rows, "firstDifference": first,
                      "show": f"qlwf show {path}", "replay": f"qlwf replay {path} --backend model"}
 

@@ -36,7 +36,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-proofs", action="store_true", help="do not run the proofs (reported as not run)")
     p.add_argument("--no-oracle", action="store_true", help="do not compare oracle answers (reported as not run)")
     p.add_argument("--witness-dir", default="reports/diff", metavar="DIR",
-                   help="where witness traces are written (default reports/diff)")
+                   help="where witness traces are written (default reports/diff; an earlier run's diff-NN-*.json there "
+                        "are replaced)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     p.set_defaults(func=main)
 

@@ -252,3 +252,30 @@ def test_a_base_directory_without_a_model_exits_2(repo: Path, tmp_path: Path, mo
     monkeypatch.chdir(repo)
     code, err = run_in_process(capsys, "--base", str(tmp_path / "empty"))
     assert code == 2 and "no model" in err, err
+
+
+def test_table_rows_are_compared_by_name_order_counts_only_for_sequences() -> None:
+    from types import ModuleType
+    from typing import NamedTuple
+
+    from qlwf.conformance.table_diff import diff_tables, table_rows
+
+    class Row(NamedTuple):
+        rule: str
+        target: str
+
+    def module(rules: tuple[Row, ...], mapping: dict[tuple[str, bool], str], limit: int) -> ModuleType:
+        m = ModuleType("fake_tables")
+        m.RULES = rules  # type: ignore[attr-defined]
+        m.MAPPING = mapping  # type: ignore[attr-defined]
+        m.LIMIT = limit  # type: ignore[attr-defined]
+        m.helper = lambda: None  # type: ignore[attr-defined]  # not a table
+        return m
+
+    base = table_rows(module((Row("a", "x"), Row("b", "y")), {("p", True): "c", ("q", False): "d"}, 1))
+    same = table_rows(module((Row("a", "x"), Row("b", "y")), {("q", False): "d", ("p", True): "c"}, 1))
+    assert diff_tables(base, same) == []  # a mapping's order is not behaviour
+    head = table_rows(module((Row("b", "y"), Row("a", "z"), Row("c", "w")), {("p", True): "t", ("q", False): "d"}, 2))
+    changes = {(c.table, c.key, c.change) for c in diff_tables(base, head)}
+    assert changes == {("RULES", "a", "changed"), ("RULES", "c", "added"), ("RULES", "(row order)", "reordered"),
+                       ("MAPPING", '["p",true]', "changed"), ("constants", "LIMIT", "changed")}
