@@ -10,6 +10,7 @@ from .model_diff import DiffReport, Group
 
 MAX_TABLE_ROWS = 40
 MAX_ORACLE_ROWS = 20
+MAX_GROUPS = 20  # a pull-request comment stays readable; --json has every group
 
 
 def _cell(value: Any, limit: int = 90) -> str:
@@ -76,8 +77,10 @@ def render_markdown(r: DiffReport) -> str:
     lines = ["## qlwf diff", "", *summary_lines(r), ""]
     if r.behaviour.groups:
         lines += ["## Behaviour", ""]
-        for n, g in enumerate(r.behaviour.groups, 1):
+        for n, g in enumerate(r.behaviour.groups[:MAX_GROUPS], 1):
             lines += group_lines(n, g)
+        if len(r.behaviour.groups) > MAX_GROUPS:
+            lines += [f"… {len(r.behaviour.groups) - MAX_GROUPS} more group(s) (see --json)", ""]
     if r.tables:
         lines += ["## Tables (model/tables.py)", "", "| table | row | change | base | head |", "|---|---|---|---|---|"]
         for c in r.tables[:MAX_TABLE_ROWS]:

@@ -390,6 +390,17 @@ class DiffReport:
         }
 
 
+def check_shapes(opts: Options) -> None:
+    """Shape names are the explorer's (the running installation's, which both dumpers use)."""
+    from qlwf.model.explore import dag_shapes, shape_name
+
+    known = {shape_name(s) for n in range(1, opts.max_steps + 1) for s in dag_shapes(n)}
+    unknown = sorted(set(opts.shapes or ()) - known)
+    if unknown:
+        raise DiffInputError(f"no DAG shape of 1..{opts.max_steps} steps is named {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(known))})")
+
+
 def _results(results: list[Record]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results:
@@ -411,12 +422,10 @@ def _request(opts: Options, inputs: list[Record] | None, traces: list[Record] | 
 def diff(base: Tree, head: Tree, opts: Options) -> DiffReport:
     import time
     start = time.perf_counter()
+    check_shapes(opts)
     inputs = oracle_inputs(head.root) if opts.oracle else None
     traces = corpus_traces(head.root) if opts.oracle else None
     b, h = run_dumps([(base, _request(opts, inputs, traces)), (head, _request(opts, inputs, traces))])
-    known = set(h["explore"]) | set(b["explore"])
-    if opts.shapes and not known:
-        raise DiffInputError(f"no DAG shape of 1..{opts.max_steps} steps is named {', '.join(opts.shapes)}")
     behaviour = compare_behaviour(b["explore"], h["explore"])
     report = DiffReport(base, head, opts, diff_tables(b["tables"], h["tables"]), behaviour,
                         compare_proofs(b["proofs"], h["proofs"]) if "proofs" in b else None,

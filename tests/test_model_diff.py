@@ -149,6 +149,9 @@ def test_adr_change_yields_exactly_the_expected_groups_with_valid_witnesses(repo
     changed = {a["input"] for a in out["oracle"]["changed"]}
     assert "examples/cancel-timeout-expired-lease.json" in changed
     assert all(a["head"] == "resolution" and a["base"] == "resolution" for a in out["oracle"]["changed"])
+    # The golden corpus pins the old mapping ("pending steps to cancelled" under reason timeout).
+    assert [(c["trace"], c["differs"]) for c in out["corpus"]["changed"]] == [
+        ("adr0228-timeout-mapping", ["rules", "state"])]
 
     for g in out["behaviour"]["groups"]:
         w = g["witness"]
@@ -279,3 +282,11 @@ def test_table_rows_are_compared_by_name_order_counts_only_for_sequences() -> No
     changes = {(c.table, c.key, c.change) for c in diff_tables(base, head)}
     assert changes == {("RULES", "a", "changed"), ("RULES", "c", "added"), ("RULES", "(row order)", "reordered"),
                        ("MAPPING", '["p",true]', "changed"), ("constants", "LIMIT", "changed")}
+
+
+def test_an_unknown_shape_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(repo)
+    code, err = run_in_process(capsys, "--base", "HEAD", "--max-steps", "1", "--shape", "1:-", "--shape", "2:b>a",
+                               "--no-proofs", "--no-oracle")
+    assert code == 2 and "2:b>a" in err, err
