@@ -102,7 +102,7 @@ class Explorer:
                 args["workerId"] = "holder" if lease["workerId"] == args["workerId"] else "other"
         if "attemptId" in args:
             args["attemptId"] = attempts.get(args["attemptId"], args["attemptId"])
-        return step["name"] + json.dumps(args, sort_keys=True, separators=(",", ":"))
+        return str(step["name"]) + json.dumps(args, sort_keys=True, separators=(",", ":"))
 
     def take(self, state: Any, step: Record) -> tuple[Any, Any]:
         if step["op"] == "advance_time":
@@ -204,7 +204,7 @@ def record(step_lists: list[list[Record]], initial_clock: int, full: bool) -> li
     out = []
     for steps in step_lists:
         state = State(clock=initial_clock)
-        rows = []
+        rows: list[Record] = []
         for step in steps:
             try:
                 if step["op"] == "advance_time":
@@ -239,7 +239,7 @@ def corpus(traces: list[Record]) -> Record:
     out: Record = {}
     for t in traces:
         state = State(clock=t["initialClock"])
-        rows = []
+        rows: list[list[Any]] = []
         for step in t["steps"]:
             outcome = None
             try:

@@ -105,9 +105,9 @@ def render_markdown(r: DiffReport) -> str:
     if r.corpus:
         lines += ["## Corpus traces", "", "| trace | first differing step | differs | base | head | steps differing |",
                   "|---|---|---|---|---|---|"]
-        for c in r.corpus:
-            lines.append(f"| {c['trace']} | {c['step']}: {_cell(c['command'], 80)} | {', '.join(c['differs'])} "
-                         f"| {_cell(c['base'])} | {_cell(c['head'])} | {c['differingSteps']} |")
+        for t in r.corpus:
+            lines.append(f"| {t['trace']} | {t['step']}: {_cell(t['command'], 80)} | {', '.join(t['differs'])} "
+                         f"| {_cell(t['base'])} | {_cell(t['head'])} | {t['differingSteps']} |")
         lines.append("")
     lines.append(f"_{r.seconds:.1f} s; exit {0 if r.identical else 1}._")
     return "\n".join(lines) + "\n"

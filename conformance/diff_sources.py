@@ -48,7 +48,7 @@ def repository_root(start: Path) -> Path:
     done = _git(start, "rev-parse", "--show-toplevel")
     if done.returncode != 0:
         raise DiffInputError(f"{start}: not a git repository")
-    return Path(done.stdout.strip())
+    return Path(str(done.stdout).strip())
 
 
 def head_tree(repo: Path) -> Tree:

@@ -247,12 +247,13 @@ def compare_behaviour(base: dict[str, Record], head: dict[str, Record]) -> Behav
         other = head if side == "base" else base
         for shape, keys in only.items():
             for key in keys:
-                g = _entry_group(dumps[shape]["nodes"], other.get(shape, {"nodes": {}})["nodes"], key, shape, where)
-                if g is not None:
+                entry = _entry_group(dumps[shape]["nodes"], other.get(shape, {"nodes": {}})["nodes"], key, shape,
+                                     where)
+                if entry is not None:
                     if side == "base":
-                        g.states_only_base += 1
+                        entry.states_only_base += 1
                     else:
-                        g.states_only_head += 1
+                        entry.states_only_head += 1
     return BehaviourDiff(ordered, compared_states, compared_transitions,
                          sum(len(v["nodes"]) for v in base.values()), sum(len(v["nodes"]) for v in head.values()),
                          only_base, only_head)

@@ -46,7 +46,7 @@ def _row_name(value: Any) -> str:
         fields = value._asdict()
         for name in ("id", "rule"):
             if isinstance(fields.get(name), str):
-                return fields[name]
+                return str(fields[name])
     return _text(plain(value))
 
 
