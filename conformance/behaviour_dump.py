@@ -11,8 +11,9 @@ state.State, tables, oracle.consult, errors, and what the explorer imports) and,
 loaded from the running installation beside the mapped model, so both sides of a diff are
 explored with the same choices and the same state identity.
 
-Exploration output, per shape: `nodes` {key: [depth, parent key, incoming step, snapshot digest, incoming label]}
-and `edges` {key: [[label, step, outcome, rules, next key, outcome digest, next snapshot digest]]}.
+Exploration output, per shape: `nodes` {key: [depth, parent key, incoming step, snapshot digest,
+incoming label, identity text]} and `edges` {key: [[label, step, outcome, rules, next key,
+outcome digest, next snapshot digest]]}.
 A key is a digest of the explorer's explored identity (symmetry-reduced); a label is the step
 rewritten into that identity's frame (StepRun names after the symmetry, attempts by their StepRun
 and ordinal, workers as the lease's holder or the other one, time steps by kind), so the same
@@ -74,13 +75,15 @@ class Explorer:
 
     def __init__(self, x: ModuleType, system: ModuleType, state_mod: ModuleType) -> None:
         self.x, self.system, self.State = x, system, state_mod.State
+        self.identity: dict[str, str] = {}  # key → the explorer's identity, as text
 
     def frame(self, state: Any, renamings: list[dict[str, str]]) -> tuple[str, dict[str, str]]:
         x = self.x
         abstract = x.collapse(x.detailed_state(state))
         names = min(renamings, key=lambda n: repr(x._rename(abstract, n))) if len(renamings) > 1 else renamings[0]
-        key = x.canonical_key(abstract, renamings)
-        return _digest(repr(key).encode()), names
+        key = repr(x.canonical_key(abstract, renamings))
+        self.identity[_digest(key.encode())] = key
+        return _digest(key.encode()), names
 
     def label(self, state: Any, step: Record, names: dict[str, str]) -> str:
         if step["op"] == "advance_time":
@@ -119,7 +122,7 @@ class Explorer:
         renamings = [{f"{x.RUN_ID}:{x.step_key(i)}": f"{x.RUN_ID}:{x.step_key(p[i])}" for i in range(n)}
                      for p in x.automorphisms(shape)]
         start = self.State(clock=x.INITIAL_CLOCK)
-        nodes: dict[str, list[Any]] = {ROOT: [0, None, None, snapshot_digest(start), None]}
+        nodes: dict[str, list[Any]] = {ROOT: [0, None, None, snapshot_digest(start), None, "before admission"]}
         edges: dict[str, list[list[Any]]] = {}
         queue: list[tuple[Any, str, int]] = [(start, ROOT, 0)]
         head = 0
@@ -145,7 +148,8 @@ class Explorer:
                 out_edges.append([self.label(state, step, names), step, outcome_summary(outcome), rules, new_key,
                                   outcome_digest(outcome), snapshot_digest(new)])
                 if new_key not in nodes:
-                    nodes[new_key] = [depth + 1, key, step, out_edges[-1][6], out_edges[-1][0]]
+                    nodes[new_key] = [depth + 1, key, step, out_edges[-1][6], out_edges[-1][0],
+                                      self.identity.get(new_key, "")]
                     queue.append((new, new_key, depth + 1))
             edges[key] = out_edges
         return {"nodes": nodes, "edges": edges}

@@ -38,6 +38,7 @@ from .trace import Trace, from_json, save
 
 Record = dict[str, Any]
 INITIAL_CLOCK = 1_000_000  # model/explore.py INITIAL_CLOCK: every explored path starts there
+MAX_LISTED_STATES = 100  # per side in --json; the counts are always complete
 
 
 class DumpError(RuntimeError):
@@ -201,6 +202,7 @@ class BehaviourDiff:
     states_head: int
     only_base: dict[str, list[str]]
     only_head: dict[str, list[str]]
+    listed: dict[str, list[Record]] = field(default_factory=dict)  # side → the shallowest such states
 
     @property
     def identical(self) -> bool:
@@ -254,9 +256,16 @@ def compare_behaviour(base: dict[str, Record], head: dict[str, Record]) -> Behav
                         entry.states_only_base += 1
                     else:
                         entry.states_only_head += 1
+    listed = {"base": _listed(base, only_base), "head": _listed(head, only_head)}
     return BehaviourDiff(ordered, compared_states, compared_transitions,
                          sum(len(v["nodes"]) for v in base.values()), sum(len(v["nodes"]) for v in head.values()),
-                         only_base, only_head)
+                         only_base, only_head, listed)
+
+
+def _listed(dumps: dict[str, Record], only: dict[str, list[str]]) -> list[Record]:
+    rows = [{"shape": shape, "depth": dumps[shape]["nodes"][k][0], "state": dumps[shape]["nodes"][k][5]}
+            for shape, keys in only.items() for k in keys]
+    return sorted(rows, key=lambda r: (r["depth"], r["shape"], r["state"]))[:MAX_LISTED_STATES]
 
 
 def _entry_group(nodes: dict[str, list[Any]], other: dict[str, list[Any]], key: str, shape: str,
@@ -382,6 +391,7 @@ class DiffReport:
                           "comparedStates": b.compared_states, "comparedTransitions": b.compared_transitions,
                           "statesOnlyInBase": sum(len(v) for v in b.only_base.values()),
                           "statesOnlyInHead": sum(len(v) for v in b.only_head.values()),
+                          "statesOnly": b.listed,
                           "groups": [g.to_json() for g in b.groups]},
             "proofs": None if self.proofs is None else {"properties": list(self.proof_count),
                                                         "results": list(self.proof_results), "changed": self.proofs},

@@ -143,6 +143,10 @@ def test_adr_change_yields_exactly_the_expected_groups_with_valid_witnesses(repo
                       for cmd in ("converge_cancellation", "converge_cancellation_page")}
     assert all(g["rulesRemovedInSome"] == [] and g["rulesAddedInSome"] == [] for g in out["behaviour"]["groups"])
     assert out["behaviour"]["statesOnlyInBase"] > 0 and out["behaviour"]["statesOnlyInHead"] > 0
+    only = out["behaviour"]["statesOnly"]
+    assert len(only["head"]) == min(out["behaviour"]["statesOnlyInHead"], 100)
+    assert all("'run-x:b', 'timed_out'" in s["state"] for s in only["head"])  # b timed out: only the new rule
+    assert not any("'run-x:b', 'timed_out'" in s["state"] for s in only["base"])
     assert {(c["table"], c["change"]) for c in out["tables"]} == {
         ("CANCEL_STEP_TABLE", "changed"), ("STEP_TRANSITIONS", "changed"), ("STEP_PERFORMERS", "added")}
     # examples/cancel-timeout-expired-lease.json: a chain under reason timeout, its later steps pending.
