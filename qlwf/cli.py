@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_audit",
     "qlwf.cmd_traces",
     "qlwf.cmd_show",
+    "qlwf.cmd_diff",
 )
 
 
