@@ -52,6 +52,9 @@ class Ticket:
     deadline: float
 
 
+STARTUP_TIMEOUT_S = 30.0  # the hello answer's allowance (at least the per-request timeout)
+
+
 class DriverConnection:
     """Requests with ids, responses checked against the protocol's shapes."""
 
@@ -70,10 +73,11 @@ class DriverConnection:
         """One request/response; the response's own keys (id and type removed), or DriverRefused."""
         return self.receive(self.send(kind, **fields))
 
-    def send(self, kind: str, /, **fields: Any) -> Ticket:
+    def send(self, kind: str, /, timeout_s: float | None = None, **fields: Any) -> Ticket:
         """Write a request now, for `receive` later (one at a time: the driver answers in order)."""
         self._next_id += 1
-        return Ticket(self._next_id, kind, self.process.send({"id": self._next_id, "type": kind, **fields}))
+        request = {"id": self._next_id, "type": kind, **fields}
+        return Ticket(self._next_id, kind, self.process.send(request, timeout_s))
 
     def receive(self, ticket: Ticket) -> Record:
         rid, kind = ticket.id, ticket.kind
@@ -102,7 +106,10 @@ class DriverConnection:
 
     def _hello(self) -> Capabilities:
         try:
-            body = self.request("hello", protocol=PROTOCOL, harness=HARNESS)
+            # The answer to hello includes the driver's start-up (an interpreter importing its
+            # runtime, a server connection): it gets the larger start-up allowance, not the per-request one.
+            body = self.receive(self.send("hello", max(self.process.timeout_s, STARTUP_TIMEOUT_S),
+                                          protocol=PROTOCOL, harness=HARNESS))
         except DriverRefused as e:
             self.process.fail("refused", str(e))
         self.expect_keys("hello", body, {"protocol", "driver", "capabilities"})

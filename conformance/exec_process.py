@@ -72,6 +72,7 @@ class DriverProcess:
             raise ValueError("empty driver command")
         self.command = list(command)
         self.timeout_s = timeout_s
+        self._allowed_s = timeout_s  # the allowance of the request in flight (hello gets the start-up one)
         self.last_request = ""
         self.transcript = transcript  # when a list: every line sent (">") and received ("<"), in order
         self._buffer = b""
@@ -103,7 +104,8 @@ class DriverProcess:
             raise DriverFailure("interrupted", "the session was interrupted mid-request", self.last_request)
         line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         self.last_request = _clip(line.decode().rstrip("\n"))
-        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        self._allowed_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + self._allowed_s
         with self._guard():
             if self._buffer or self._readable(0.0):
                 early = self._buffer or os.read(self._out, 1 << 16)
@@ -157,7 +159,7 @@ class DriverProcess:
         while view:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._fail("timeout", f"the driver did not read its request within {self.timeout_s:g} s")
+                self._fail("timeout", f"the driver did not read its request within {self._allowed_s:g} s")
             _, ready, _ = select.select([], [self._in], [], remaining)
             if not ready:
                 continue
@@ -176,7 +178,7 @@ class DriverProcess:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._fail("timeout", f"no response within {self.timeout_s:g} s")
+                self._fail("timeout", f"no response within {self._allowed_s:g} s")
             if not self._readable(remaining):
                 continue
             chunk = os.read(self._out, 1 << 20)

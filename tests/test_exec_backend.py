@@ -196,6 +196,15 @@ def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem:
     assert "run aborted, the driver is broken" in out
 
 
+def test_a_slow_start_is_not_a_timeout(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    """hello answers after the driver's start-up: it gets the start-up allowance, later requests the timeout."""
+    late = int(TIMEOUT) + 2
+    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, f"slow-start:{late}"]),
+                     "--traces", "1", "--driver-timeout", str(TIMEOUT)])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out, out
+
+
 def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "garbage-at:1"]), "--traces",
                      "2", "--json"])

@@ -13,6 +13,7 @@ Protocol bugs (at the Nth apply request, counted from 1):
   bad-change-at:N    answer apply with a change removing a record that does not exist
   early         write a response before the first request
   linger[:TAG]  serve correctly, but never exit by itself after close or end of input
+  slow-start:S  serve correctly, but start S seconds late (before reading hello): not a bug
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
 """
 
@@ -85,6 +86,9 @@ def main() -> int:
     at = int(n) if n.isdigit() else 0  # linger:TAG takes a tag to find the process by
     out = sys.stdout.buffer
     server = Server(Stores(bug), "qlwf-broken-sqlite", "0", ("corrupt",))
+    if name == "slow-start":
+        say(f"starting {at} s late")
+        time.sleep(at)
     if bug == "early":
         say("answering before any request")
         out.write(encode({"id": 1, "type": "hello"}))
