@@ -232,4 +232,5 @@ def met(before: State, step: Record, outcome: Record, after: State | None = None
 
 
 def report(seen: set[str] | frozenset[str]) -> Record:
-    return {"met": sorted(b for b in BOUNDARIES if b in seen), "missing": sorted(b for b in BOUNDARIES if b not in seen)}
+    return {"met": sorted(b for b in BOUNDARIES if b in seen),
+            "missing": sorted(b for b in BOUNDARIES if b not in seen)}

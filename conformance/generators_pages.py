@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from qlwf.model import tables as T
 from qlwf.model.records import Record
-
 from qlwf.model.system import advance_time
 
 from . import plans
