@@ -122,8 +122,10 @@ class PageGenerator(_Generator):
         self.cancel_many()
         drifted = self.c.integer(0, 2) > 0 and self.drift_one()
         for i in range(self.c.integer(1, 3)):
-            # a drifted workflow needs a page of 2 or more to share it with a healthy one
-            self.sweep(self.pick((2, 3)) if drifted and i == 0 else self.pick((1, 1, 2, 3)))
+            # a drifted workflow needs a page of 2 or more to share it with a healthy one; otherwise the
+            # first sweep runs pages of 1, resumed from the cursor of the one before
+            first = self.pick((2, 3)) if drifted else 1
+            self.sweep(first if i == 0 else self.pick((1, 2, 3)))
             if self.c.integer(0, 1):
                 self.one()
         for _ in range(self.c.integer(3, 10)):
