@@ -56,8 +56,7 @@ def _registry() -> dict[str, str]:
     }
     for c, what in COUNTERS.items():
         rows[f"counter:{c}:reached"] = f"a command writes {what} = {INT31_MAX}"
-        if c != "callback_sequence":  # no command is refused on it: it is at most 2 in v1 (task-attempts.md §6)
-            rows[f"counter:{c}:refused"] = f"a command meets {what} at {INT31_MAX} (or beyond) and is refused"
+        rows[f"counter:{c}:refused"] = f"a command meets {what} at {INT31_MAX} (or beyond) and is refused"
     for q, limit in PAGE_COMMANDS.items():
         rows[f"page_limit:{q}:1"] = f"{q} with limit 1"
         rows[f"page_limit:{q}:max"] = f"{q} with limit {limit}"
@@ -168,8 +167,7 @@ def _counter_boundaries(before: State, name: str, args: Any, outcome: Record, af
     found = set()
     read = _counters(before, name, args)
     if _error(outcome):
-        found |= {f"counter:{c}:refused" for c, vs in read.items()
-                  if c != "callback_sequence" and any(v >= INT31_MAX for v in vs)}
+        found |= {f"counter:{c}:refused" for c, vs in read.items() if any(v >= INT31_MAX for v in vs)}
     elif after is not None:
         now = _counters(after, name, args)
         found |= {f"counter:{c}:reached" for c, vs in now.items()

@@ -183,8 +183,15 @@ class BoundaryGenerator(_Generator):
         self.corrupt("attempts", aid, {"callbackSequence": M - 1})
         self.claim(aid)
         self.run_command("start_attempt", self.fence(aid) | {"timeoutMs": None})
-        self.run_command("record_running", self.fence(aid))
-        self.run_command("complete_attempt", self.fence(aid) | {"exitCode": self.pick((0, 1))})
+        self.run_command("record_running", self.fence(aid))  # callbackSequence M
+        self.run_command("complete_attempt", self.fence(aid) | {"exitCode": self.pick((0, 1))})  # from running: + 0
+        refused = self.attempt(self.fresh())
+        self.corrupt("attempts", refused, {"callbackSequence": M})
+        self.claim(refused)
+        self.run_command("start_attempt", self.fence(refused) | {"timeoutMs": None})
+        # record_running or a completion from starting would write M + 1: counter_overflow
+        name = self.pick(("record_running", "complete_attempt", "fail_start"))
+        self.run_command(name, self.fence(refused) | ({"exitCode": 0} if name == "complete_attempt" else {}))
 
     def plan_generation(self) -> None:
         self.fresh(generation=M)
@@ -228,9 +235,11 @@ class BoundaryGenerator(_Generator):
             for _ in range(self.c.integer(0, 3)):
                 self.one()
             scenarios[i]()
-        self.step_limit()  # last: its 128 StepRuns make every later snapshot larger
         for _ in range(self.c.integer(2, 6)):
             self.one()
+        while len(self.steps) < self.config.steps[0] - 5:
+            self.one()
+        self.step_limit()  # last: its 128 StepRuns make every later snapshot and invariant check costlier
         return Trace(self.description, self.config.initial_clock, self.steps, self.description)
 
 

@@ -130,6 +130,8 @@ class PageGenerator(_Generator):
                 self.one()
         for _ in range(self.c.integer(3, 10)):
             self.one()
+        while len(self.steps) < self.config.steps[0]:  # at least as long as the configuration asks
+            self.one()
         return Trace(self.description, self.config.initial_clock, self.steps, self.description)
 
 
