@@ -39,7 +39,8 @@ def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, s
     details = [failures[0].divergence.render()] if failures and failures[0].divergence else []
     evidence = {"traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
                 "invariant_checks": sum(p.invariant_checks for p in parts),
-                "rule_rows_covered": len(runner.covered_rule_rows(parts))}
+                "rule_rows_covered": len(runner.covered_rule_rows(parts)),
+                "boundaries_met": len(runner.met_boundaries(parts))}
     return GateSummary(not failures, "; ".join(p.line() for p in parts), details, evidence)
 
 

@@ -103,7 +103,8 @@ def event_problems(snapshot: Snapshot) -> list[str]:
         sequences.setdefault(e["runId"], []).append(e["sequence"])
     for run in snapshot["runs"]:
         got = sorted(sequences.get(run["id"], []))
-        if got != list(range(1, run["eventSequence"] + 1)) or run["version"] != run["eventSequence"]:
+        contiguous = len(got) == run["eventSequence"] and got == list(range(1, len(got) + 1))
+        if not contiguous or run["version"] != run["eventSequence"]:
             problems.append(f"Run {run['id']}: sequences not contiguous 1..{run['eventSequence']} "
                             f"(version {run['version']}, {len(got)} events)")
     return problems

@@ -4,8 +4,16 @@ Each worker draws operations from a weighted menu — frontier advance, task adm
 start / running / complete / fail_start protocol, releases, cancel requests, recovery, single and
 page convergence, and now and then a new (or replayed) workflow admission — choosing arguments from
 what any worker has learnt so far (attempt ids, lease holders and generations). Some arguments are
-deliberately stale, so refusals are exercised under contention too. Outcomes are not judged here:
-the backend's observer logs every writing transaction and `concurrency_history` replays them.
+deliberately stale, so refusals are exercised under contention too.
+
+Worker-protocol races: the `race_*` operations all aim at the same attempt, the newest live one every
+worker knows (`World.hot_attempt`): claims with the shortest lease (it expires within a fraction of a
+real second under the sped-up clock), renewals, completions and releases by its holder, recovery
+straight at it, frontier advances and cancellation (then convergence) of its Run. So claim, renew, release and
+complete race with recovery and cancellation on one Run's rows at every K, not only by chance.
+
+Outcomes are not judged here: the backend's observer logs every writing transaction and
+`concurrency_history` replays them.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class World:
     max_workflows: int
     plans: list[Record] = field(default_factory=list)
     attempts: dict[str, str] = field(default_factory=dict)  # attempt id → last seen status
+    runs_of: dict[str, str] = field(default_factory=dict)  # attempt id → runId
     holders: dict[str, tuple[str, int]] = field(default_factory=dict)  # attempt id → (worker, generation)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -52,7 +61,9 @@ class World:
     def learn_attempt(self, attempt: Record | None) -> None:
         if attempt is not None:
             with self.lock:
+                self.attempts.pop(attempt["id"], None)  # re-insert: dict order is recency of news
                 self.attempts[attempt["id"]] = attempt["status"]
+                self.runs_of[attempt["id"]] = attempt["runId"]
 
     def learn_lease(self, lease: Record | None) -> None:
         if lease is not None:
@@ -65,6 +76,12 @@ class World:
             every = list(self.attempts)
         pool = live if live and rng.random() < 0.9 else every
         return rng.choice(pool) if pool else None
+
+    def hot_attempt(self) -> str | None:
+        """The live attempt with the latest news: the one every racing worker aims at."""
+        with self.lock:
+            live = [a for a, s in self.attempts.items() if s in ("claimed", "starting", "running")]
+        return live[-1] if live else None
 
 
 class Worker:
@@ -86,6 +103,8 @@ class Worker:
             (self.advance, 3), (self.admit_task, 3), (self.claim, 3), (self.renew, 2), (self.start, 3),
             (self.running, 2), (self.complete, 3), (self.fail_start, 1), (self.release, 1), (self.recover, 2),
             (self.request_cancel, 1), (self.converge, 1), (self.converge_page, 1), (self.admit_workflow, 1),
+            (self.race_claim, 2), (self.race_renew, 2), (self.race_complete, 2), (self.race_release, 1),
+            (self.race_recover, 2), (self.race_cancel, 1), (self.race_frontier, 3),
         ]
 
     def run(self) -> None:
@@ -199,3 +218,59 @@ class Worker:
 
     def fail_start(self) -> None:
         self._attempt_command("fail_start")
+
+    # ---- worker-protocol races on the hot attempt -------------------------------------------------
+    def _hot_command(self, name: str, extra: Callable[[], Record] = dict) -> None:
+        attempt_id = self.world.hot_attempt()
+        if attempt_id is None:
+            return
+        out = self.call(name, self.fence(attempt_id) | extra())
+        if out:
+            self.world.learn_attempt(out.get("attempt"))
+            self.world.learn_lease(out.get("lease"))
+
+    def race_claim(self) -> None:
+        attempt_id = self.world.hot_attempt()
+        if attempt_id is not None:  # the shortest lease: it expires while the others still use it
+            out = self.call("claim_lease", {"attemptId": attempt_id, "workerId": self.worker_id,
+                                            "durationMs": LEASE_DURATIONS[0]})
+            self.world.learn_lease(out["lease"] if out else None)
+
+    def race_renew(self) -> None:
+        self._hot_command("renew_lease", lambda: {"durationMs": LEASE_DURATIONS[0]})
+
+    def race_complete(self) -> None:
+        """The holder moves the attempt on: start, running or completion, whichever it draws."""
+        name = self.rng.choice(("start_attempt", "record_running", "complete_attempt"))
+        extra: dict[str, Callable[[], Record]] = {"start_attempt": lambda: {"timeoutMs": self.rng.choice(TIMEOUTS)},
+                                                  "complete_attempt": lambda: {"exitCode": self.rng.choice((0, 1))}}
+        self._hot_command(name, extra.get(name, dict))
+
+    def race_release(self) -> None:
+        self._hot_command("release_lease", lambda: {"reason": self.rng.choice(sorted(T.WORKER_RELEASE_REASONS))})
+
+    def race_recover(self) -> None:
+        attempt_id = self.world.hot_attempt()
+        if attempt_id is not None:
+            out = self.call("recover_attempt", {"attemptId": attempt_id,
+                                                "evidence": self.rng.choice(("not_running", "running", "unknown"))})
+            self.world.learn_attempt(out["attempt"] if out else None)
+
+    def hot_run(self) -> str | None:
+        attempt_id = self.world.hot_attempt()
+        with self.world.lock:
+            return self.world.runs_of.get(attempt_id or "")
+
+    def race_frontier(self) -> None:
+        """A Run-level writer on the hot attempt's Run: it takes the Run lock without the attempt authority,
+        so it can slip in between an attempt command's authority lock and its Run lock."""
+        run_id = self.hot_run()
+        if run_id is not None:
+            self.call("advance_frontier", {"runId": run_id})
+
+    def race_cancel(self) -> None:
+        run_id = self.hot_run()
+        if run_id is not None and self.rng.random() < 0.3:  # rare, as request_cancel: it ends the workflow
+            self.call("request_cancel", {"runId": run_id, "reason": self.rng.choice(CANCEL_REASONS),
+                                         "actor": {"type": "user", "id": self.worker_id}})
+            self.call("converge_cancellation", {"runId": run_id})

@@ -8,6 +8,8 @@ from typing import Any
 
 from qlwf.model import tables as T
 
+from . import boundaries as B
+
 Record = dict[str, Any]
 
 
@@ -55,6 +57,7 @@ class Coverage:
     commands: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     rules: Counter[str] = field(default_factory=Counter)
+    boundaries: Counter[str] = field(default_factory=Counter)  # conformance/boundaries.py names
 
     def observe(self, name: str, outcome: Record, rules: tuple[str, ...] | list[str]) -> None:
         self.commands[name] += 1
@@ -65,6 +68,7 @@ class Coverage:
         self.commands.update(other.commands)
         self.outcomes.update(other.outcomes)
         self.rules.update(other.rules)
+        self.boundaries.update(other.boundaries)
 
     def report(self) -> Record:
         rows = rule_rows()
@@ -80,6 +84,7 @@ class Coverage:
                       "missing": sorted(r for r in rows if r not in self.rules and not unreachable_in_v1(r)),
                       "unreachable": sorted(r for r in rows if r not in self.rules and unreachable_in_v1(r)),
                       "other": sorted(r for r in self.rules if r not in rows)},
+            "boundaries": B.report(set(self.boundaries)),
         }
 
     def render(self) -> str:
@@ -94,8 +99,10 @@ class Coverage:
             f"  error reasons seen     {len(r['outcomes']['errors']):>4}",
             f"  rule-table rows        {len(r['rules']['covered']):>4} / {len(reachable)} reachable"
             f" ({len(rows)} rows, {len(r['rules']['unreachable'])} unreachable in v1)",
+            f"  boundaries met         {len(r['boundaries']['met']):>4} / {len(B.BOUNDARIES)}",
         ]
-        for title, key in (("missing outcomes", ("outcomes", "missing")), ("missing rule rows", ("rules", "missing"))):
+        for title, key in (("missing outcomes", ("outcomes", "missing")), ("missing rule rows", ("rules", "missing")),
+                           ("boundaries not met", ("boundaries", "missing"))):
             missing = r[key[0]][key[1]]
             if missing:
                 lines.append(f"  {title}: {', '.join(missing)}")

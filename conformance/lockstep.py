@@ -21,6 +21,7 @@ from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import QlwfError
 from qlwf.model.state import State
 
+from . import boundaries
 from .coverage import Coverage
 from .diff import RecordDiff, snapshot_diff
 from .render import show_command
@@ -186,6 +187,8 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             if problem:
                 return diverge("expectation", f"the model no longer produces the recorded step: {problem}",
                                model_outcome=done.outcome, backend_outcome=step.get("outcome"), rules=done.rules)
+        if coverage is not None and done.outcome is not None:  # only steps both sides agreed on
+            coverage.boundaries.update(boundaries.met(state, step, done.outcome, done.state))
         result.check_seconds += time.perf_counter() - t2
         state = done.state
     return result

@@ -77,6 +77,11 @@ def covered_rule_rows(parts: Iterable[RunSummary]) -> set[str]:
     return {row for p in parts if p.coverage is not None for row in p.coverage.report()["rules"]["covered"]}
 
 
+def met_boundaries(parts: Iterable[RunSummary]) -> set[str]:
+    """The boundaries of conformance/boundaries.py that the runs met (steps both sides agreed on)."""
+    return {b for p in parts if p.coverage is not None for b in p.coverage.report()["boundaries"]["met"]}
+
+
 def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True, invariants_every_step: bool = True,
                on_result: Callable[[LockstepResult], None] | None = None) -> RunSummary:
     """Lockstep every trace against a fresh store of `backend`."""

@@ -279,7 +279,8 @@ def inv8(rv: RunView) -> list[str]:
     for s in rv.steps:
         ledger = rv.state.ledger_of_step(s["id"])
         versions = [m["stepRun"]["version"] for m in ledger]
-        if versions != list(range(1, s["version"] + 1)):
+        # length first: a drifted version near 2^31 must not build a 2^31-entry list
+        if len(versions) != s["version"] or versions != list(range(1, len(versions) + 1)):
             out.append(f"StepRun {s['id']}: ledger versions {versions} are not 1..{s['version']}")
             continue
         if ledger[-1]["stepRun"] != s or s["lastMutationId"] != ledger[-1]["mutationId"]:

@@ -731,7 +731,7 @@ def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         raise ctx.conflict("stale_execution_authority", "StepRun left the admitted epoch")
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
         raise ctx.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
-    _ceiling(ctx, run["version"] + 2)
+    _ceiling(ctx, run["version"] + 2, a["callbackSequence"] + 1)
     now, gen, actor = ctx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     tx = Tx(state, now)
     counter = RunCounter(run)
@@ -759,7 +759,8 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
     codes = T.WORKER_PATH_CODES[(command, target)]
     from_starting = a["status"] == "starting"
     k = 2 if command == "fail_start" or not from_starting else 3
-    _ceiling(ctx, run["version"] + k, lease["version"] + 1)
+    callbacks = 1 if command == "fail_start" or from_starting else 0  # the attempt's callbackSequence + this
+    _ceiling(ctx, run["version"] + k, lease["version"] + 1, a["callbackSequence"] + callbacks)
     now, gen, actor = ctx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     tx = Tx(state, now)
     counter = RunCounter(run)

@@ -112,7 +112,8 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> Evidence
     counts = {"corpus_traces": len(parts[0].results) if corpus else 0,
               "traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
               "invariant_checks": sum(p.invariant_checks for p in parts),
-              "rule_rows_covered": len(runner.covered_rule_rows(parts))}
+              "rule_rows_covered": len(runner.covered_rule_rows(parts)),
+              "boundaries_met": len(runner.met_boundaries(parts))}
     return Evidence("; ".join(p.line() for p in parts) or "no traces", counts, problems)
 
 

@@ -246,7 +246,7 @@ def record_running(tx: Tx, args: Args) -> Record:
         raise tx.fail.conflict("stale_execution_authority", "StepRun left the admitted epoch")
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
         raise tx.fail.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
-    tx.ceiling(run["version"] + 2)
+    tx.ceiling(run["version"] + 2, a["callbackSequence"] + 1)
     now, generation, actor = tx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     counter = RunCounter(run)
     new_attempt = canonical(a | {"status": "running", "startedAtMs": now,
@@ -317,7 +317,8 @@ def _finish(tx: Tx, la: LoadedAttempt, args: Args, command: str, exit_code: int 
     codes = T.WORKER_PATH_CODES[(command, target)]
     from_starting = a["status"] == "starting"
     k = 2 if command == "fail_start" or not from_starting else 3
-    tx.ceiling(run["version"] + k, lease["version"] + 1)
+    callbacks = 1 if command == "fail_start" or from_starting else 0  # callbackSequence grows by this
+    tx.ceiling(run["version"] + k, lease["version"] + 1, a["callbackSequence"] + callbacks)
     now, generation, actor = tx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     counter = RunCounter(run)
     mutations: list[Record] = []
