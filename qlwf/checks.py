@@ -118,11 +118,12 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int =
 # ---- the backend checks: one per GateEntry of every registered backend (conformance/backends.py) ----
 
 def _conform_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
-    """The golden corpus and seeded generated traces in lockstep with the model."""
+    """The golden corpus (unless `corpus` is False) and seeded generated traces in lockstep with the model."""
     from qlwf.conformance.backends import SEED, BackendBroken
 
     try:
-        return _conformance(backend, True, int(params.get("traces", 0)), SEED, int(params.get("jobs", 1)))
+        return _conformance(backend, bool(params.get("corpus", True)), int(params.get("traces", 0)), SEED,
+                            int(params.get("jobs", 1)))
     except BackendBroken as e:  # the run stops at a broken backend (a driver): a failure with its report
         return Evidence(f"the {backend} backend broke its port", {}, (f"{backend}: {e}",))
 
