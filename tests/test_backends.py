@@ -140,3 +140,29 @@ def test_a_broken_sqlite_store_is_caught_by_the_concurrency_check() -> None:
 
     report = concurrency_check(k=2, ops=30, seed=1, host=SqliteConcurrencyHost(CounterForgettingStore))
     assert not report.passed and report.problems
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ci: str) -> None:
+    """No binaries and no QLWF_PG_DSN: `qlwf conform` says so in one line (exit 2); the suite's verdict
+    is skip locally and fail under CI=true, with the provisioner's message."""
+    from qlwf import cli
+    from qlwf.impl.postgres import conformance
+    from qlwf.impl.postgres.server import PostgresUnavailable
+
+    def unavailable() -> None:
+        raise PostgresUnavailable("no PostgreSQL binaries found and QLWF_PG_DSN is not set")
+
+    monkeypatch.delenv("QLWF_PG_DSN", raising=False)
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(conformance, "shared_server", unavailable)
+    spec = backends.get("postgres")
+    with pytest.raises(BackendUnavailable, match="no PostgreSQL binaries") as info:
+        with spec.provisioner.guard():
+            spec.provisioner.prepare()
+    verdict, message = spec.requirement(str(info.value))
+    assert verdict == ("fail" if ci else "skip") and "no PostgreSQL binaries" in message
+    assert cli.main(["conform", "--backend", "postgres", "--traces", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["postgres backend unavailable: no PostgreSQL binaries found and QLWF_PG_DSN is not set"]
