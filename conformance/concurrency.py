@@ -198,7 +198,8 @@ class ConcurrencyReport:
                 "lostCommitResponses": self.ambiguous}
 
 
-def _through_outages(reach: Reachability, transient: tuple[type[BaseException], ...], action: Callable[[], T]) -> T:
+def _through_outages(reach: Reachability, action: Callable[[], T],
+                     transient: tuple[type[BaseException], ...] = ()) -> T:
     """`action()`, waiting out an outage and trying again (idempotent actions only). A snapshot is
     read on a pooled connection as is: one the restarted server no longer knows fails with a
     `transient` driver error (PostgreSQL: OperationalError, and the pool discards it)."""
@@ -244,7 +245,7 @@ def run_concurrency(store: ConcurrencyStore, config: ConcurrencyConfig, *,
             for i in range(config.workflows):
                 world.plans.append(workflow_plan(i, clock.peek()))
                 plan = world.plans[-1]
-                _through_outages(reach, store.transient, lambda p=plan: port.execute("admit_workflow", {"plan": p}))
+                _through_outages(reach, lambda p=plan: port.execute("admit_workflow", {"plan": p}), store.transient)
             report.setup_commits = port.stats.commits
             workers = [Worker(i, port, world, config.ops, config.seed, clock.peek, reach.wait)
                        for i in range(config.k)]
@@ -255,7 +256,7 @@ def run_concurrency(store: ConcurrencyStore, config: ConcurrencyConfig, *,
             for t in threads:
                 t.join()
             if reach.gave_up is None:
-                snapshot = _through_outages(reach, store.transient, port.snapshot)
+                snapshot = _through_outages(reach, port.snapshot, store.transient)
         except StorageUnreachable:  # recorded in `reach.gave_up`, which becomes report.unreachable below
             pass
         finally:

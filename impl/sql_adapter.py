@@ -24,7 +24,7 @@ import threading
 import time
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -263,9 +263,3 @@ class SqlAdapter(CommandPort):
             except self.storage_errors as e:
                 raise self._map_storage_error(fail, e) from e
         return assemble_page(limit, rows, outcomes, has_more)
-
-
-@contextlib.contextmanager
-def admitted() -> Iterator[None]:
-    """An `_operation` for a backend that admits every operation once its open check has passed."""
-    yield

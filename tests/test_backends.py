@@ -147,9 +147,10 @@ def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ci: str) -> None:
     """No binaries and no QLWF_PG_DSN: `qlwf conform` says so in one line (exit 2); the suite's verdict
     is skip locally and fail under CI=true, with the provisioner's message."""
-    from qlwf import cli
     from qlwf.impl.postgres import conformance
     from qlwf.impl.postgres.server import PostgresUnavailable
+
+    from qlwf import cli
 
     def unavailable() -> None:
         raise PostgresUnavailable("no PostgreSQL binaries found and QLWF_PG_DSN is not set")
@@ -158,9 +159,8 @@ def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
     monkeypatch.setenv("CI", ci)
     monkeypatch.setattr(conformance, "shared_server", unavailable)
     spec = backends.get("postgres")
-    with pytest.raises(BackendUnavailable, match="no PostgreSQL binaries") as info:
-        with spec.provisioner.guard():
-            spec.provisioner.prepare()
+    with pytest.raises(BackendUnavailable, match="no PostgreSQL binaries") as info, spec.provisioner.guard():
+        spec.provisioner.prepare()
     verdict, message = spec.requirement(str(info.value))
     assert verdict == ("fail" if ci else "skip") and "no PostgreSQL binaries" in message
     assert cli.main(["conform", "--backend", "postgres", "--traces", "1"]) == 2
