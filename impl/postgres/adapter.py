@@ -23,7 +23,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from qlwf.impl.commands.failures import Failures
 from qlwf.impl.port import Clock, Record, Snapshot
-from qlwf.impl.sql_adapter import MAX_TRIES, AdapterStats, Observer, SqlAdapter, TransactionLog
+from qlwf.impl.sql_adapter import MAX_TRIES, Observer, SqlAdapter, TransactionLog
 from qlwf.model.errors import QlwfError
 
 from . import faults, queries
@@ -32,9 +32,8 @@ from .failures import RETRYABLE, map_storage_error, sqlstate
 from .snapshot import read_snapshot
 from .store import PgStore
 
-__all__ = ["MAX_TRIES", "Observer", "PgStats", "PostgresAdapter", "TransactionLog"]
+__all__ = ["MAX_TRIES", "Observer", "PostgresAdapter", "TransactionLog"]
 
-PgStats = AdapterStats  # the counters' older name (retries are keyed by SQLSTATE here)
 # storage.md §6.2: transaction-local limits, set right after BEGIN in the same round trip.
 TRANSACTION_LIMITS = ("SET LOCAL statement_timeout = 5000; SET LOCAL lock_timeout = 1000; "
                       "SET LOCAL idle_in_transaction_session_timeout = 10000")
