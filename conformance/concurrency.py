@@ -1,7 +1,9 @@
-"""Concurrency check of the PostgreSQL backend (storage.md §5–§7): K workers, one database, then judgement.
+"""Concurrency check of a backend (storage.md §5–§7): K workers, one store, then judgement.
 
-K threads share one `PostgresAdapter` (a pool of K connections, so each transaction runs on its own
-connection) and drive the same few workflows for a bounded number of operations under a
+Any backend that declares the `concurrency` capability (conformance/backends.py) provides a
+`ConcurrencyHost`: a fresh store per run and a port over it shared by K threads (PostgreSQL: a pool
+of K connections, so each transaction runs on its own connection; SQLite: the one connection behind
+its FIFO authority). The threads drive the same few workflows for a bounded number of operations under a
 production-like clock: the database clock sped up `factor` times (5 s leases expire within a
 fraction of a real second) and kept strictly increasing. The adapter's observer logs every writing
 transaction with its arguments, outcome and observation time. Afterwards the stored state must hold
@@ -15,7 +17,7 @@ run is judged as usual — commits whose response was lost are resolved from dur
 (concurrency_history.py); a longer one stops the run with `unreachable` set and the progress made.
 
 Entry points: `concurrency_check(k=..., ops=...)` returns a `ConcurrencyReport` (`passed`, `line()`);
-`qlwf conform --backend postgres --concurrency K` prints it.
+`qlwf conform --backend NAME --concurrency K` prints it.
 """
 
 from __future__ import annotations
@@ -26,21 +28,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import psycopg
-from qlwf.impl.port import Snapshot
-from qlwf.impl.postgres.adapter import PostgresAdapter, TransactionLog
-from qlwf.impl.postgres.conformance import shared_server
-from qlwf.impl.postgres.database import ConnectionUnavailable, PgDatabase
-from qlwf.impl.postgres.dsn import one_line
-from qlwf.impl.postgres.server import PgServer, unique_database_name
+from qlwf.impl.port import Clock, Snapshot
+from qlwf.impl.sql_adapter import Observer, SqlAdapter, TransactionLog
 from qlwf.model.errors import Unavailable
 
+from . import backends
 from . import concurrency_history as history
-from .concurrency_variants import VARIANTS
 from .concurrency_workload import Worker, World, workflow_plan
-from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable, quiet_pool
+from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable
 
 ORIGIN_MS = 1_000_000_000
 DEFAULT_RECONNECT_WINDOW_S = 30.0
@@ -75,6 +72,50 @@ class ScaledClock:
             return self._last
 
 
+class StoreSetupFailed(Exception):
+    """The run's store could not be set up (the server went away first): the run is unreachable."""
+
+
+class ConcurrencyStore(Protocol):
+    """One fresh store of a backend for one run."""
+
+    # driver errors a snapshot read may hit while the storage is away (retried after the outage)
+    transient: tuple[type[BaseException], ...]
+
+    def port(self, k: int, clock: Clock, variant: str, observer: Observer) -> SqlAdapter:
+        """The one port the K workers share, logging every writing transaction to `observer`."""
+        ...
+
+    def probe(self) -> bool:
+        """Does the storage answer a fresh connection?"""
+        ...
+
+    def quiet(self) -> contextlib.AbstractContextManager[None]:
+        """Around the run: silence the driver's own reports of connections the harness breaks."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ConcurrencyHost(Protocol):
+    """A backend's `concurrency` capability (BackendSpec.concurrency builds one)."""
+
+    name: str
+
+    @property
+    def variants(self) -> dict[str, str]:
+        """Variant name → description; "correct" is the backend as specified."""
+        ...
+
+    def open_store(self) -> ConcurrencyStore:
+        """A fresh, empty store; raises StoreSetupFailed when the storage cannot be reached."""
+        ...
+
+    def capacity_problem(self, k: int) -> str | None:
+        """Why K workers cannot be served (checked before any work), or None."""
+        ...
+
+
 @dataclass(frozen=True)
 class ConcurrencyConfig:
     k: int = 4  # worker threads, each with its own pooled connection
@@ -84,6 +125,7 @@ class ConcurrencyConfig:
     factor: int = 20  # clock speed-up
     seed: int = 0
     variant: str = "correct"
+    backend: str = "postgres"
     reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S  # how long an outage may last before the run stops
 
 
@@ -131,7 +173,7 @@ class ConcurrencyReport:
 
     def line(self) -> str:
         c = self.config
-        head = f"concurrency postgres[{c.variant}] K={c.k}"
+        head = f"concurrency {c.backend}[{c.variant}] K={c.k}"
         if self.unreachable is not None:
             return f"{head}: STORAGE UNREACHABLE — {self.unreachable}; got through {self.progress()}, " \
                    f"{self.seconds:.2f} s{self.outage_text()}"
@@ -156,10 +198,11 @@ class ConcurrencyReport:
                 "lostCommitResponses": self.ambiguous}
 
 
-def _through_outages(reach: Reachability, action: Callable[[], T]) -> T:
+def _through_outages(reach: Reachability, action: Callable[[], T],
+                     transient: tuple[type[BaseException], ...] = ()) -> T:
     """`action()`, waiting out an outage and trying again (idempotent actions only). A snapshot is
-    read on a pooled connection as is: one the restarted server no longer knows fails with the
-    driver's OperationalError (and is discarded by the pool)."""
+    read on a pooled connection as is: one the restarted server no longer knows fails with a
+    `transient` driver error (PostgreSQL: OperationalError, and the pool discards it)."""
     while True:
         try:
             return action()
@@ -167,22 +210,21 @@ def _through_outages(reach: Reachability, action: Callable[[], T]) -> T:
             if e.reason not in OUTAGE_REASONS:
                 raise
             reach.wait()
-        except psycopg.OperationalError:
+        except transient:
             reach.wait()
 
 
-def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
+def run_concurrency(store: ConcurrencyStore, config: ConcurrencyConfig, *,
                     after_transaction: Callable[[int], None] | None = None,
                     on_event: Callable[[str], None] | None = None) -> ConcurrencyReport:
-    """One run against an empty database holding the ql3 schema at `conninfo`.
+    """One run against `store`, fresh and empty.
 
     `after_transaction(n)` is called (from the worker's thread) after the n-th logged transaction:
     fault injection hooks in there. `on_event` receives outage messages as they happen.
     """
-    variant = VARIANTS[config.variant]
     log: list[TransactionLog] = []
     clock = ScaledClock(config.factor)
-    reach = Reachability(conninfo, config.reconnect_window_s, on_event=on_event)
+    reach = Reachability("", config.reconnect_window_s, on_event=on_event, probe_fn=lambda _: store.probe())
     lock = threading.Lock()
 
     def observe(entry: TransactionLog) -> None:
@@ -196,16 +238,14 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
     workers: list[Worker] = []
     snapshot: Snapshot | None = None
     start = time.perf_counter()
-    with quiet_pool():
-        database = PgDatabase(conninfo, size=config.k)
-        port = PostgresAdapter(database, clock, store_factory=variant.store_factory, isolation=variant.isolation,
-                               observer=observe)
+    with store.quiet():
+        port = store.port(config.k, clock, config.variant, observe)
         try:
             world = World(max_workflows=max(config.max_workflows, config.workflows))
             for i in range(config.workflows):
                 world.plans.append(workflow_plan(i, clock.peek()))
                 plan = world.plans[-1]
-                _through_outages(reach, lambda p=plan: port.execute("admit_workflow", {"plan": p}))
+                _through_outages(reach, lambda p=plan: port.execute("admit_workflow", {"plan": p}), store.transient)
             report.setup_commits = port.stats.commits
             workers = [Worker(i, port, world, config.ops, config.seed, clock.peek, reach.wait)
                        for i in range(config.k)]
@@ -216,13 +256,12 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
             for t in threads:
                 t.join()
             if reach.gave_up is None:
-                snapshot = _through_outages(reach, port.snapshot)
+                snapshot = _through_outages(reach, port.snapshot, store.transient)
         except StorageUnreachable:  # recorded in `reach.gave_up`, which becomes report.unreachable below
             pass
         finally:
             report.seconds = time.perf_counter() - start
             port.close()
-            database.close()
     report.unreachable = reach.gave_up
     report.outages = list(reach.outages)
     report.ops_done = sum(w.done for w in workers)
@@ -245,34 +284,31 @@ def run_concurrency(conninfo: str, config: ConcurrencyConfig, *,
 
 
 def concurrency_check(k: int = 4, ops: int = 60, *, seed: int = 0, variant: str = "correct", factor: int = 20,
-                      workflows: int = 3, max_workflows: int | None = None, server: PgServer | None = None,
+                      workflows: int = 3, max_workflows: int | None = None, backend: str = "postgres",
+                      server: Any = None, host: ConcurrencyHost | None = None,
                       reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S,
                       after_transaction: Callable[[int], None] | None = None,
                       on_event: Callable[[str], None] | None = None) -> ConcurrencyReport:
-    """Run the check in a fresh database of `server` (default: the process's shared server).
+    """Run the check in a fresh store of `backend` (its registered ConcurrencyHost, built with
+    `server=` when given: PostgreSQL's default is the process's shared server).
 
-    A server that cannot be reached while the database is set up gives a report with
-    `unreachable` set, like an outage during the run.
+    A store that cannot be set up (the server is unreachable) gives a report with `unreachable`
+    set, like an outage during the run.
     """
-    server = server if server is not None else shared_server()[0]
+    name = backend if host is None else host.name
+    if host is None:
+        host = backends.get(backend).concurrency_host(**({"server": server} if server is not None else {}))
+    if variant not in host.variants:
+        raise ValueError(f"backend {host.name} has no concurrency variant {variant!r} (known: {sorted(host.variants)})")
     config = ConcurrencyConfig(k=k, ops=ops, workflows=workflows,
                                max_workflows=max_workflows if max_workflows is not None else 2 * workflows,
-                               factor=factor, seed=seed, variant=variant, reconnect_window_s=reconnect_window_s)
-    name = unique_database_name("qlwf_concurrency")
+                               factor=factor, seed=seed, variant=variant, backend=name,
+                               reconnect_window_s=reconnect_window_s)
     try:
-        conninfo = server.create_database(name)
-    except psycopg.OperationalError as e:
-        return ConcurrencyReport(config, unreachable=f"cannot set up the database: {one_line(e)}")
+        store = host.open_store()
+    except StoreSetupFailed as e:
+        return ConcurrencyReport(config, unreachable=str(e))
     try:
-        try:
-            schema = PgDatabase(conninfo, size=1)
-            try:
-                schema.apply_schema()
-            finally:
-                schema.close()
-        except ConnectionUnavailable as e:
-            return ConcurrencyReport(config, unreachable=f"cannot set up the database: {one_line(e)}")
-        return run_concurrency(conninfo, config, after_transaction=after_transaction, on_event=on_event)
+        return run_concurrency(store, config, after_transaction=after_transaction, on_event=on_event)
     finally:
-        with contextlib.suppress(psycopg.OperationalError):  # the server may be the thing that is gone
-            server.drop_database(name)
+        store.close()

@@ -1,14 +1,14 @@
-"""Gate entry points for the PostgreSQL backend (`qlwf check` calls these).
+"""Gate entry points of the backend checks (`qlwf check` calls these for every registered backend).
 
-* `conform(backend="postgres", corpus=True, traces=N, seed=S)` — the golden corpus and N generated
-  traces in lockstep with the model;
-* `concurrency(ks=(2, 4, 8), ops=60, seed=S)` — the concurrency check for each K
-  (`qlwf.conformance.concurrency.concurrency_check` for a single K).
+* `conform(backend, corpus=True, traces=N, seed=S)` — the golden corpus and N generated traces in
+  lockstep with the model;
+* `concurrency(ks=(2, 4, 8), ops=60, seed=S, backend=...)` — the concurrency check for each K
+  (`qlwf.conformance.concurrency.concurrency_check` for a single K), for a backend with the
+  `concurrency` capability.
 
 Both return a `GateSummary` (`passed`, a one-line `line`, `details`, and the `evidence` counts the
-gate judges). Both raise
-`qlwf.impl.postgres.server.PostgresUnavailable` when no server can be provided (no binaries and no
-QLWF_PG_DSN), so a gate can report a skip with that message.
+gate judges). A backend whose storage cannot be provided raises its provisioner's errors
+(`BackendSpec.provisioner.guard()` turns them into `BackendUnavailable`).
 """
 
 from __future__ import annotations
@@ -37,15 +37,16 @@ def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, s
         parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
     failures = [r for p in parts for r in p.failures]
     details = [failures[0].divergence.render()] if failures and failures[0].divergence else []
-    evidence = {"traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
+    evidence = {"corpus_traces": len(parts[0].results) if corpus else 0,
+                "traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
                 "invariant_checks": sum(p.invariant_checks for p in parts),
                 "rule_rows_covered": len(runner.covered_rule_rows(parts)),
                 "boundaries_met": len(runner.met_boundaries(parts))}
     return GateSummary(not failures, "; ".join(p.line() for p in parts), details, evidence)
 
 
-def concurrency(ks: Sequence[int] = (2, 4, 8), ops: int = 60, seed: int = 0) -> GateSummary:
-    reports = [concurrency_check(k=k, ops=ops, seed=seed) for k in ks]
+def concurrency(ks: Sequence[int] = (2, 4, 8), ops: int = 60, seed: int = 0, backend: str = "postgres") -> GateSummary:
+    reports = [concurrency_check(k=k, ops=ops, seed=seed, backend=backend) for k in ks]
     details = [p for r in reports for p in r.problems]
     evidence = {"histories": len(reports), "max_workers": max((r.config.k for r in reports), default=0),
                 "commits": sum(r.commits for r in reports), "transactions": sum(r.transactions for r in reports)}

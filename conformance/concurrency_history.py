@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from qlwf.impl.commands.failures import STORAGE_REASONS
-from qlwf.impl.postgres.adapter import TransactionLog
+from qlwf.impl.sql_adapter import TransactionLog
 from qlwf.model.canonical import canonical_json
 from qlwf.model.invariants import check_invariants
 from qlwf.model.state import State

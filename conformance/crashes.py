@@ -37,6 +37,7 @@ from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.store import SqliteStore
 from qlwf.model import tables as T
 
+from .backends import CrashEvidence
 from .lockstep import LockstepResult, run_lockstep
 from .trace import Trace
 
@@ -103,7 +104,7 @@ class CrashingSqliteAdapter(SqliteAdapter):
         self.directory = directory
         self.path = directory / "store.db"
         self.plan = CrashPlan()
-        self.stats = stats
+        self.crash_stats = stats
         plan = self.plan
         super().__init__(self.path,
                          store_factory=lambda conn: store_class(CrashingConnection(conn, plan)))  # type: ignore[arg-type]
@@ -112,7 +113,7 @@ class CrashingSqliteAdapter(SqliteAdapter):
         if name not in T.WRITING_COMMANDS or name == "converge_cancellation_page":
             self.plan.arm(None)
             return super().execute(name, args, now)
-        self.stats.commands += 1
+        self.crash_stats.commands += 1
         before = self.snapshot()
         k = 1
         while True:
@@ -132,8 +133,8 @@ class CrashingSqliteAdapter(SqliteAdapter):
             return result
 
     def _check(self, name: str, k: int, before: Snapshot, recovered: list[Snapshot]) -> None:
-        self.stats.crash_points += 1
-        self.stats.by_command[name] += 1
+        self.crash_stats.crash_points += 1
+        self.crash_stats.by_command[name] += 1
         if not recovered or recovered[0] != before:
             raise CrashAtomicityError(f"{name}: killed before statement {k}, recovery reads a partial write")
         if self.snapshot() != before:
@@ -172,3 +173,21 @@ def run_with_crashes(trace: Trace, stats: CrashStats, store_class: type[SqliteSt
     """Lockstep `trace` against SQLite with a kill and an abort before every statement of every command."""
     with crashing_sqlite(stats, store_class) as adapter:
         return run_lockstep(trace, adapter)
+
+
+def gate_crashes(quick: bool, traces: list[Trace] | None = None) -> CrashEvidence:
+    """The sqlite backend's crash harness (BackendSpec.crashes): a kill and an abort before every
+    statement of every writing command of `traces` (default: the first corpus traces)."""
+    from .runner import corpus_traces
+
+    stats = CrashStats()
+    crashed = traces if traces is not None else corpus_traces()[: 2 if quick else 5]
+    problems = []
+    for trace in crashed:
+        result = run_with_crashes(trace, stats)
+        if not result.passed:
+            problems.append(f"crash injection on {trace.name}\n" + (result.divergence.render()
+                                                                     if result.divergence else ""))
+    counts = {"crash_traces": len(crashed), "crash_commands": stats.commands, "crash_points": stats.crash_points}
+    return CrashEvidence(f"{stats.crash_points} crash points in {stats.commands} commands atomic (kill + abort)",
+                         counts, tuple(problems))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
@@ -260,7 +260,7 @@ class ExecBackend:
 
 def unconfigured() -> ExecBackend:
     """`--backend exec` before `register_driver` gave it a command."""
-    raise ValueError("the exec backend needs a driver command (qlwf conform --backend exec --driver CMD)")
+    raise backends.BackendMisconfigured("--backend exec needs --driver CMD (the driver command line)")
 
 
 def reference_driver(backend: str) -> list[str]:
@@ -282,5 +282,25 @@ def register_driver(name: str, command: str | Sequence[str], timeout_s: float = 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if not argv:
         raise ValueError("empty driver command")
-    backends.register(name, lambda: ExecBackend(argv, timeout_s, read_back),
+    backends.retarget(name, lambda: ExecBackend(argv, timeout_s, read_back),
                       f"external driver {shlex.join(argv)} (qlwf-backend@1)")
+
+
+@contextlib.contextmanager
+def driver_configured(name: str, command: str | None, timeout_s: float | None) -> Iterator[None]:
+    """For one run, `--driver CMD` / `--driver-timeout S` of a driver backend: its command (default:
+    the one it has) and its per-response timeout (default: the one that command has, else
+    DEFAULT_TIMEOUT_S). The registry entry is restored afterwards."""
+    saved = backends.get(name)
+    if command is None and timeout_s is None:
+        yield
+        return
+    if command is None:
+        current = saved.create()  # an ExecBackend starts nothing before open()
+        register_driver(name, current.command, timeout_s or current.timeout_s)
+    else:
+        register_driver(name, command, timeout_s or DEFAULT_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        backends.restore(saved)

@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
+from .backends import BackendBroken
+
 Message = dict[str, Any]
 
 MAX_LINE_BYTES = 256 * 1024 * 1024  # a snapshot is large but not this large: beyond, it is garbage
@@ -29,7 +31,7 @@ _REPORT_REQUEST_CHARS = 600
 _PR_SET_PDEATHSIG = 1
 
 
-class DriverFailure(Exception):
+class DriverFailure(BackendBroken):
     """The driver broke the protocol: `problem` is timeout | exited | not_json | protocol | refused
     (or interrupted: the harness itself was interrupted mid-request)."""
 
@@ -42,6 +44,11 @@ class DriverFailure(Exception):
 
     # lockstep reports an exception carrying this attribute as a divergence of that kind
     divergence_kind = "driver"
+    what = "driver"
+
+    def report(self) -> dict[str, Any]:
+        return {"driverFailure": {"problem": self.problem, "message": self.message,
+                                  "lastRequest": self.last_request, "stderrTail": self.stderr_tail}}
 
     def __str__(self) -> str:
         lines = [f"driver {self.problem}: {self.message}"]

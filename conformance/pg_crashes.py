@@ -43,6 +43,7 @@ from qlwf.impl.postgres.server import PgServer, ThrowawayCluster, temporary_data
 from qlwf.model import tables as T
 from qlwf.model.errors import Unavailable
 
+from .backends import CrashEvidence
 from .crashes import CrashAtomicityError
 from .lockstep import LockstepResult, load_invariant_check, run_lockstep
 from .outage import quiet_pool
@@ -255,3 +256,43 @@ def run_with_server_crashes(trace: Trace, stats: PgCrashStats, cluster: Throwawa
                          "an acknowledged commit may be lost, which is no bug of the backend")
     with crashing_postgres(stats, cluster, cluster=cluster, crash_every=every) as adapter:
         return run_lockstep(trace, adapter, invariants=load_invariant_check())
+
+
+# Quick kill budget: two short corpus traces that still run admission, task admission, claim,
+# release, cancellation, convergence and the convergence page (the full gate kills the whole corpus).
+QUICK_KILL_TRACES = ("adr0228-attempt-two-steps-parent-atomic", "adr0228-page-isolates-drifted-workflow")
+SERVER_CRASH_TRACES = ("adr0228-partial-completion-final", "adr0226-failure-skips-chain")
+
+
+def gate_crashes(quick: bool, traces: list[Trace] | None = None) -> CrashEvidence:
+    """The postgres backend's crash harness (BackendSpec.crashes): a backend killed before every
+    statement, and server crashes on a durable throwaway cluster. Given `traces`, only the kills,
+    on those traces (the backend-parametrised tests; the gate crashes servers too)."""
+    from qlwf.impl.postgres.server import find_pg_bin
+
+    from .runner import corpus_traces
+
+    def rendered(what: str, result: LockstepResult) -> str:
+        return f"{what}\n" + (result.divergence.render() if result.divergence else result.trace)
+
+    corpus = corpus_traces()
+    kills, crashes = PgCrashStats(), PgCrashStats()
+    problems: list[str] = []
+    gaps: list[str] = []
+    chosen = traces if traces is not None else [t for t in corpus if t.name in QUICK_KILL_TRACES] if quick else corpus
+    problems += [rendered(f"backend kill on {r.trace}", r) for r in run_with_kills(chosen, kills) if not r.passed]
+    if traces is not None:
+        gaps.append("server crashes not run: only the given traces' backend kills were asked for")
+    elif find_pg_bin() is None:  # an external server (QLWF_PG_DSN) is not ours to crash
+        gaps.append("server crashes not run: no local PostgreSQL binaries to start a durable cluster")
+    else:
+        with ThrowawayCluster(durable=True) as cluster:
+            for trace in [t for t in corpus if t.name in SERVER_CRASH_TRACES[: 1 if quick else 2]]:
+                result = run_with_server_crashes(trace, crashes, cluster, every=4 if quick else 2)
+                if not result.passed:
+                    problems.append(rendered(f"server crash on {trace.name}", result))
+    counts = {"kill_commands": kills.commands, "kill_points": kills.crash_points,
+              "server_crashes": crashes.server_crashes}
+    summary = (f"{kills.crash_points} backend kills in {kills.commands} commands atomic; {crashes.server_crashes} "
+               "server crashes (stop -m immediate, fsync on) kept every acknowledged commit and no uncommitted write")
+    return CrashEvidence(summary, counts, tuple(problems), tuple(gaps))

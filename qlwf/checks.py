@@ -6,6 +6,7 @@ The evidence floors per check and profile are data: model/gate_evidence.json.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,14 @@ def _ql3_twin_problem(fn: str, content: Any, model_shaped: dict[str, Any]) -> st
     return None
 
 
-def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> Evidence:
+def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int = 2) -> Evidence:
     from qlwf.conformance import runner
 
     parts = []
     if corpus:
         parts.append(runner.run_traces(backend, runner.corpus_traces()))
     if traces:
-        parts.append(runner.run_generated(backend, traces, seed, jobs=2, invariants_every_step=False))
+        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
     failures = [r for p in parts for r in p.failures]
     problems: tuple[str, ...] = ()
     if failures:
@@ -117,47 +118,89 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> Evidence
     return Evidence("; ".join(p.line() for p in parts) or "no traces", counts, problems)
 
 
-def conform_sqlite(opts: dict[str, Any]) -> Evidence:
-    """The golden corpus and seeded generated traces in lockstep with the model on SQLite."""
-    return _conformance("sqlite", True, 60 if opts.get("quick") else 300, 20261129)
+# ---- the backend checks: one per GateEntry of every registered backend (conformance/backends.py) ----
+
+def _conform_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
+    """The golden corpus (unless `corpus` is False) and seeded generated traces in lockstep with the model."""
+    from qlwf.conformance.backends import SEED, BackendBroken
+
+    try:
+        return _conformance(backend, bool(params.get("corpus", True)), int(params.get("traces", 0)), SEED,
+                            int(params.get("jobs", 1)))
+    except BackendBroken as e:  # the run stops at a broken backend (a driver): a failure with its report
+        return Evidence(f"the {backend} backend broke its port", {}, (f"{backend}: {e}",))
 
 
-def faults_sqlite(opts: dict[str, Any]) -> Evidence:
-    """Lost commit responses (every writing command retried) and crashes before every statement."""
-    from qlwf.conformance import runner
-    from qlwf.conformance.crashes import CrashStats, run_with_crashes
+def _faults_kind(backend: str, params: Mapping[str, Any], quick: bool) -> Evidence:
+    """Lost commit responses (every writing command retried), then the backend's crash harness, if any."""
+    from qlwf.conformance import backends, runner
     from qlwf.conformance.lost_commits import replay_violations, with_lost_commits
 
+    spec = backends.get(backend)
     corpus = runner.corpus_traces()
     problems: list[str] = []
     replays = [v for t in corpus if (v := replay_violations(t))]
     if replays:
         problems.append("the model breaks the replay principle\n" + "\n".join(replays[0]))
-    doubled = runner.run_traces("sqlite", [with_lost_commits(t) for t in corpus])
+    doubled = runner.run_traces(backend, [with_lost_commits(t) for t in corpus],
+                                invariants=bool(params.get("invariants", True)))
     if not doubled.passed:
         d = doubled.failures[0].divergence
-        problems.append("lost-commit retries diverge\n" + (d.render() if d else ""))
-    stats = CrashStats()
-    crashed = corpus[: 2 if opts.get("quick") else 5]
-    for trace in crashed:
-        result = run_with_crashes(trace, stats)
-        if not result.passed:
-            problems.append(f"crash injection on {trace.name}\n" + (result.divergence.render()
-                                                                     if result.divergence else ""))
-    counts = {"lost_commit_traces": len(doubled.results), "lost_commit_steps": doubled.steps,
-              "crash_traces": len(crashed), "crash_commands": stats.commands, "crash_points": stats.crash_points}
-    return Evidence(f"{len(corpus)} corpus traces with every writing command retried; {stats.crash_points} crash "
-                    f"points in {stats.commands} commands atomic (kill + abort)", counts, tuple(problems))
+        problems.append(f"lost-commit retries diverge on {backend}\n"
+                        + (d.render() if d else doubled.failures[0].trace))
+    counts = {"lost_commit_traces": len(doubled.results), "lost_commit_steps": doubled.steps}
+    summary = f"{len(doubled.results)} corpus traces with every writing command retried"
+    gaps: tuple[str, ...] = ()
+    if spec.has("crash_points"):
+        crashes = spec.crash_harness()(quick)
+        counts |= crashes.counts
+        problems += crashes.problems
+        gaps = tuple(crashes.gaps)
+        summary += f"; {crashes.summary}"
+    return Evidence(summary, counts, tuple(problems), gaps)
 
 
-def exec_sqlite(opts: dict[str, Any]) -> Evidence:
-    """The corpus and a few generated traces through `python -m qlwf.impl.sqlite.driver` (qlwf-backend@1)."""
-    from qlwf.conformance.exec_process import DriverFailure
+def _concurrency_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
+    """K concurrent workers; the committed history must be a legal serial model behaviour."""
+    from qlwf.conformance import concurrency_gate
+    from qlwf.conformance.backends import SEED
 
-    try:
-        return _conformance("exec-sqlite", True, 8 if opts.get("quick") else 24, 20261129)
-    except DriverFailure as e:  # the run stops at a broken driver: a failure with the driver's report
-        return Evidence("the SQLite driver broke the protocol", {}, (f"exec-sqlite: {e}",))
+    summary = concurrency_gate.concurrency(tuple(params.get("ks", (2, 4, 8))), int(params.get("ops", 60)), SEED,
+                                           backend=backend)
+    problems = ("\n".join([summary.line, *summary.details]),) if not summary.passed else ()
+    return Evidence(summary.line, summary.evidence, problems)
+
+
+def _backend_check(backend: str, entry: Any) -> Callable[[dict[str, Any]], Evidence]:
+    """The gate's run function of one GateEntry. Storage the backend cannot get here is no evidence
+    (unknown; `--skip LEG` leaves the leg out on purpose), and under CI=true the message says that
+    the machine must provide it."""
+    from qlwf.conformance import backends
+
+    def run(opts: dict[str, Any]) -> Evidence:
+        spec = backends.get(backend)
+        quick = bool(opts.get("quick"))
+        params = entry.params(quick)
+        try:
+            with spec.provisioner.guard():
+                if entry.kind == "conform":
+                    return _conform_kind(backend, params)
+                if entry.kind == "faults":
+                    return _faults_kind(backend, params, quick)
+                return _concurrency_kind(backend, params)
+        except backends.BackendUnavailable as e:
+            raise NoEvidence(spec.requirement(f"{spec.name} leg cannot run: {e}")[1]) from e
+
+    run.__doc__ = entry.description
+    return run
+
+
+def backend_checks() -> list[Check]:
+    """Every registered backend's gate checks, in registration order."""
+    from qlwf.conformance import backends
+
+    return [Check(entry.check, entry.description, _backend_check(spec.name, entry), leg=spec.leg)
+            for spec in backends.specs() for entry in spec.gate]
 
 
 def proofs(opts: dict[str, Any]) -> Evidence:
@@ -205,101 +248,13 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
                      "transitions": counts["transitions"]}, tuple(problems))
 
 
-def _postgres(run: Any) -> Evidence:
-    """Run a PostgreSQL leg. Without a server it has no evidence: unknown (use --skip postgres to leave
-    the leg out on purpose); under CI=true the message says that the machine must provide one."""
-    import os
-
-    from qlwf.impl.postgres.server import PostgresUnavailable
-
-    try:
-        summary = run()
-    except PostgresUnavailable as e:
-        ci = " (CI=true: the CI machine must provide PostgreSQL)" if os.environ.get("CI") == "true" else ""
-        raise NoEvidence(f"PostgreSQL leg cannot run{ci}: {e}") from e
-    problems = ("\n".join([summary.line, *summary.details]),) if not summary.passed else ()
-    return Evidence(summary.line, summary.evidence, problems)
-
-
-def conform_postgres(opts: dict[str, Any]) -> Evidence:
-    """The golden corpus and seeded generated traces in lockstep with the model on PostgreSQL."""
-    from qlwf.conformance import concurrency_gate
-
-    return _postgres(lambda: concurrency_gate.conform("postgres", True, 30 if opts.get("quick") else 120, 20261129))
-
-
-def concurrency_postgres(opts: dict[str, Any]) -> Evidence:
-    """K concurrent workers; the committed history must be a legal serial model behaviour."""
-    from qlwf.conformance import concurrency_gate
-
-    # The quick gate runs a short K=8 too: some faults (a clock read out of lock order) show only there.
-    ks, ops = ((2, 4, 8), 40) if opts.get("quick") else ((2, 4, 8), 60)
-    return _postgres(lambda: concurrency_gate.concurrency(ks, ops, 20261129))
-
-
-# Quick kill budget: two short corpus traces that still run admission, task admission, claim,
-# release, cancellation, convergence and the convergence page (the full gate kills the whole corpus).
-QUICK_KILL_TRACES = ("adr0228-attempt-two-steps-parent-atomic", "adr0228-page-isolates-drifted-workflow")
-SERVER_CRASH_TRACES = ("adr0228-partial-completion-final", "adr0226-failure-skips-chain")
-
-
-def faults_postgres(opts: dict[str, Any]) -> Evidence:
-    """Lost commit responses, a backend killed before every statement, server crashes on a durable cluster."""
-    import os
-
-    from qlwf.conformance import runner
-    from qlwf.conformance.lost_commits import with_lost_commits
-    from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
-    from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster, find_pg_bin
-
-    quick = bool(opts.get("quick"))
-    problems: list[str] = []
-    gaps: list[str] = []
-
-    def rendered(what: str, result: Any) -> str:
-        return f"{what}\n" + (result.divergence.render() if result.divergence else result.trace)
-
-    corpus = runner.corpus_traces()
-    kills, crashes = PgCrashStats(), PgCrashStats()
-    try:
-        doubled = runner.run_traces("postgres", [with_lost_commits(t) for t in corpus], invariants=False)
-        if not doubled.passed:
-            problems.append(rendered("lost-commit retries diverge on PostgreSQL", doubled.failures[0]))
-        traces = [t for t in corpus if t.name in QUICK_KILL_TRACES] if quick else corpus
-        problems += [rendered(f"backend kill on {r.trace}", r) for r in run_with_kills(traces, kills) if not r.passed]
-        if find_pg_bin() is None:  # an external server (QLWF_PG_DSN) is not ours to crash
-            gaps.append("server crashes not run: no local PostgreSQL binaries to start a durable cluster")
-        else:
-            with ThrowawayCluster(durable=True) as cluster:
-                for trace in [t for t in corpus if t.name in SERVER_CRASH_TRACES[: 1 if quick else 2]]:
-                    result = run_with_server_crashes(trace, crashes, cluster, every=4 if quick else 2)
-                    if not result.passed:
-                        problems.append(rendered(f"server crash on {trace.name}", result))
-    except PostgresUnavailable as e:
-        ci = " (CI=true: the CI machine must provide PostgreSQL)" if os.environ.get("CI") == "true" else ""
-        raise NoEvidence(f"PostgreSQL leg cannot run{ci}: {e}") from e
-    counts = {"lost_commit_traces": len(doubled.results), "kill_commands": kills.commands,
-              "kill_points": kills.crash_points, "server_crashes": crashes.server_crashes}
-    summary = (f"{len(doubled.results)} corpus traces with every writing command retried; {kills.crash_points} backend "
-               f"kills in {kills.commands} commands atomic; {crashes.server_crashes} server crashes (stop -m "
-               "immediate, fsync on) kept every acknowledged commit and no uncommitted write")
-    return Evidence(summary, counts, tuple(problems), tuple(gaps))
-
-
-CHECKS: list[Check] = [
+MODEL_CHECKS: list[Check] = [
     Check("spec-vectors", "records.md §8 identifier and digest vectors", spec_vectors),
     Check("oracle-examples", "examples/ snapshots (and their ql3-shaped twins) are current and resolve",
           oracle_examples),
     Check("proofs", "Z3: invariants, decision tables, LIVE-1, page bounds", proofs),
     Check("explorer", "every reachable state of every small DAG; counts match the manifest", explorer_manifest),
-    Check("conform-sqlite", "corpus + generated traces, SQLite vs model, every step", conform_sqlite),
-    Check("faults-sqlite", "lost commit responses and crashes at every statement boundary", faults_sqlite),
-    Check("exec-sqlite", "corpus + generated traces through the SQLite driver process (qlwf-backend@1)", exec_sqlite),
-    Check("conform-postgres", "corpus + generated traces, PostgreSQL vs model, every step", conform_postgres,
-          leg="postgres"),
-    Check("concurrency-postgres", "K = 2, 4, 8 workers; history replays through the model", concurrency_postgres,
-          leg="postgres"),
-    Check("faults-postgres", "lost commit responses, backend kills at every statement, server crashes",
-          faults_postgres, leg="postgres"),
 ]
+# The model's checks, then each registered backend's (conformance/backends.py: GateEntry).
+CHECKS: list[Check] = MODEL_CHECKS + backend_checks()
 LEGS = tuple(sorted({c.leg for c in CHECKS}))

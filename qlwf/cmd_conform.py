@@ -13,7 +13,8 @@ from qlwf.progress import Progress
 
 EXIT_PASSED, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_CODES = ("exit codes: 0 every trace and concurrency run passed; 1 a divergence (or a failed concurrency "
-              "judgement); 2 bad usage, or PostgreSQL unavailable or misconfigured before the run (no server, "
+              "judgement, or a broken driver); 2 bad usage, or the backend's storage (PostgreSQL) unavailable or "
+              "misconfigured before the run (no server, "
               "malformed or unreachable QLWF_PG_DSN, --concurrency above the server's connection limit); "
               "3 storage unreachable: the server went away during a concurrency run and did not come back within "
               "--reconnect-window (the report says how far the run got)")
@@ -36,11 +37,12 @@ def register(subparsers: Any) -> None:
     conform.add_argument("--jobs", type=_count, default=1, metavar="J",
                          help="worker processes for the generated traces (default: 1)")
     conform.add_argument("--concurrency", type=_ks, default=None, metavar="K[,K...]",
-                         help="also run the concurrency check with K worker threads (postgres only), e.g. 2,4,8")
+                         help="also run the concurrency check with K worker threads (backends with the concurrency "
+                              "capability: postgres, sqlite), e.g. 2,4,8")
     conform.add_argument("--ops", type=_count, default=60, metavar="N",
                          help="operations per worker of the concurrency check (default: 60)")
     conform.add_argument("--variant", default="correct", choices=("correct", "broken"),
-                         help="concurrency check against the real backend or a deliberately broken one")
+                         help="concurrency check against the real backend or a deliberately broken one (postgres)")
     conform.add_argument("--workflows", type=_positive, default=3, metavar="N",
                          help="workflows admitted before the concurrency workers start; workers may admit up to "
                               "2N (default: 3). Long run: --concurrency 8 --workflows 1000 --ops 1500")
@@ -69,13 +71,6 @@ def _driver_options(parser: argparse.ArgumentParser) -> None:
                              "docs/protocol.md), e.g. \"python -m qlwf.impl.sqlite.driver\"")
     parser.add_argument("--driver-timeout", type=_seconds, default=None, metavar="SECONDS",
                         help="with an exec backend: seconds each driver response may take (default: 10)")
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
 
 
 def _count(text: str) -> int:
@@ -113,58 +108,54 @@ def _ks(text: str) -> list[int]:
 
 
 def _with_driver(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    """`--backend exec --driver CMD` configures the exec backend; a broken driver ends the run (exit 1)."""
-    exec_backend = args.backend == "exec" or args.backend.startswith("exec-")
-    if args.driver is not None and args.backend != "exec":
-        print(f"--driver needs --backend exec (got {args.backend})", file=sys.stderr)
+    """A backend with the `driver` capability takes --driver CMD (its command line) and --driver-timeout;
+    a broken backend (a driver that died or broke the protocol) ends the run (exit 1)."""
+    spec = backends.get(args.backend)
+    if not spec.has("driver") and (args.driver is not None or args.driver_timeout is not None):
+        option = "--driver" if args.driver is not None else "--driver-timeout"
+        print(f"{option} needs a driver backend such as --backend exec (got {args.backend})", file=sys.stderr)
         return 2
-    if args.driver_timeout is not None and not exec_backend:
-        print(f"--driver-timeout needs an exec backend (got {args.backend})", file=sys.stderr)
+    if args.driver is not None and not args.driver.strip():
+        print(f"--backend {args.backend} needs a non-empty --driver CMD", file=sys.stderr)
         return 2
-    if not exec_backend:
-        return _with_server(args, run)
-    from qlwf.conformance import exec_port
-    from qlwf.conformance.exec_process import DriverFailure
-
-    if args.backend == "exec":
-        if not (args.driver or "").strip():
-            print("--backend exec needs --driver CMD", file=sys.stderr)
-            return 2
-        exec_port.register_driver("exec", args.driver, args.driver_timeout or exec_port.DEFAULT_TIMEOUT_S)
-    elif args.driver_timeout is not None:
-        exec_port.register_driver(args.backend, exec_port.reference_driver(args.backend.removeprefix("exec-")),
-                                  args.driver_timeout)
     try:
-        return run(args)
-    except DriverFailure as e:  # the lockstep report of the failing step, if any, is printed already
+        if spec.has("driver"):
+            from qlwf.conformance import exec_port
+
+            with exec_port.driver_configured(args.backend, args.driver, args.driver_timeout):
+                return _with_storage(args, run)
+        return _with_storage(args, run)
+    except backends.BackendBroken as e:  # the lockstep report of the failing step, if any, is printed already
         if args.json:
-            print(json.dumps({"backend": args.backend, "passed": False, "aborted": True,
-                              "driverFailure": {"problem": e.problem, "message": e.message,
-                                                "lastRequest": e.last_request, "stderrTail": e.stderr_tail}},
+            print(json.dumps({"backend": args.backend, "passed": False, "aborted": True, **e.report()},
                              ensure_ascii=False))
-        print(f"conform {args.backend}: FAIL — run aborted, the driver is broken:\n  "
+        print(f"conform {args.backend}: FAIL — run aborted, the {e.what} is broken:\n  "
               + str(e).replace("\n", "\n  "))
         return 1
 
 
-def _with_server(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    """A missing, malformed or unreachable PostgreSQL server is a one-line message and exit 2, not a traceback."""
-    if args.backend != "postgres":
-        return run(args)
-    from qlwf.impl.postgres.dsn import check_dsn_env, one_line
-    from qlwf.impl.postgres.server import PostgresStartupError, PostgresUnavailable
-
+def _with_storage(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """Storage the backend cannot get (no server, a malformed or unreachable DSN) is one line and exit 2,
+    before any work, not a traceback."""
+    spec = backends.get(args.backend)
     try:
-        check_dsn_env()
-        return run(args)
-    except (PostgresUnavailable, PostgresStartupError) as e:
-        print(f"postgres backend unavailable: {one_line(e)}", file=sys.stderr)
+        with spec.provisioner.guard():
+            spec.provisioner.prepare()
+            return run(args)
+    except backends.BackendUnavailable as e:
+        print(f"{args.backend} backend unavailable: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except backends.BackendMisconfigured as e:
+        print(f"{args.backend} backend misconfigured: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
 
 def _conform(args: argparse.Namespace) -> int:
-    if args.concurrency and args.backend != "postgres":
-        print(f"--concurrency needs --backend postgres (got {args.backend})", file=sys.stderr)
+    spec = backends.get(args.backend)
+    if args.concurrency and not spec.has("concurrency"):
+        able = [s.name for s in backends.specs() if s.has("concurrency")]
+        print(f"--concurrency needs a backend with the concurrency capability ({', '.join(able)}; got "
+              f"{args.backend})", file=sys.stderr)
         return 2
     return _with_driver(args, _run_conform)
 
@@ -185,19 +176,19 @@ def _run_conform(args: argparse.Namespace) -> int:
         bar.close()  # not on an interrupt: then the one line said is the interrupt's
     if args.concurrency:
         from qlwf.conformance.concurrency import concurrency_check
-        from qlwf.conformance.outage import connection_headroom
-        from qlwf.impl.postgres.conformance import shared_server
 
-        server = shared_server()[0]
-        headroom = connection_headroom(server.dsn())
-        # K pooled connections plus one for the harness (outage probes)
-        if max(args.concurrency) + 1 > headroom.available:
-            print(f"--concurrency {max(args.concurrency)} needs {max(args.concurrency) + 1} connections but the "
-                  f"server accepts {headroom.available} more ({headroom.describe()})", file=sys.stderr)
+        host = backends.get(args.backend).concurrency_host()
+        if args.variant not in host.variants:
+            print(f"--variant {args.variant}: backend {args.backend} has only {', '.join(sorted(host.variants))}",
+                  file=sys.stderr)
+            return 2
+        problem = host.capacity_problem(max(args.concurrency))
+        if problem is not None:
+            print(problem, file=sys.stderr)
             return EXIT_UNAVAILABLE
         for k in args.concurrency:
             report = concurrency_check(k=k, ops=args.ops, seed=args.seed, variant=args.variant,
-                                       workflows=args.workflows, server=server,
+                                       workflows=args.workflows, host=host,
                                        reconnect_window_s=args.reconnect_window,
                                        on_event=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
             if args.json:

@@ -135,14 +135,24 @@ def test_proofs_with_a_partial_property_list_are_unknown(monkeypatch: pytest.Mon
     assert not evidence.problems and evidence.gaps and ALL_PROPERTIES[0] in evidence.gaps[0]
 
 
-def test_a_missing_postgres_server_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_a_missing_postgres_server_is_unknown(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    """Every check of the postgres leg, through the registry's provisioner: no evidence, and under CI
+    the message says the machine must provide PostgreSQL."""
+    from qlwf.impl.postgres import conformance
     from qlwf.impl.postgres.server import PostgresUnavailable
 
     def unavailable() -> None:
         raise PostgresUnavailable("no binaries")
 
-    with pytest.raises(NoEvidence, match="no binaries"):
-        checks._postgres(unavailable)
+    monkeypatch.setattr(conformance, "shared_server", unavailable)
+    monkeypatch.setenv("CI", ci)
+    leg = [c for c in checks.CHECKS if c.leg == "postgres"]
+    assert [c.name for c in leg] == ["conform-postgres", "concurrency-postgres", "faults-postgres"]
+    for check in leg:
+        with pytest.raises(NoEvidence, match="no binaries") as info:
+            check.run({"quick": True})
+        assert ("CI=true" in str(info.value)) == (ci == "true")
 
 
 def test_check_command_exit_codes(tmp_path: Path) -> None:

@@ -153,6 +153,7 @@ def test_the_window_bounds_the_wait_without_a_server() -> None:
 
 def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
     from qlwf.conformance.concurrency import _through_outages
+    from qlwf.impl.postgres.conformance import PostgresConcurrencyStore
 
     calls: list[int] = []
 
@@ -163,4 +164,4 @@ def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
         return "snapshot"
 
     reach = Reachability("unused", 5, probe_fn=lambda _dsn: True)
-    assert _through_outages(reach, snapshot) == "snapshot" and len(calls) == 2
+    assert _through_outages(reach, snapshot, PostgresConcurrencyStore.transient) == "snapshot" and len(calls) == 2

@@ -1,4 +1,6 @@
-"""The `postgres` conformance backend: one database per factory, emptied before every trace.
+"""The `postgres` conformance backend: its factory, provisioner and concurrency host (conformance/backends.py).
+
+The factory: one database per factory, emptied before every trace.
 
 The server is `server.server_from_env()` (QLWF_PG_DSN or a throwaway cluster), started once per
 process and shared by every factory of that process; processes forked afterwards (`--jobs`) reuse it,
@@ -8,15 +10,21 @@ ql3 table, which is far cheaper than a new database or a TRUNCATE of nine tables
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
+from collections.abc import Iterator
 
-from qlwf.impl.port import CommandPort, FixedClock
+import psycopg
+from qlwf.conformance.backends import BackendMisconfigured, BackendUnavailable, Provisioner
+from qlwf.impl.port import Clock, CommandPort, FixedClock
+from qlwf.impl.sql_adapter import Observer
 
 from .adapter import PostgresAdapter
-from .database import PgDatabase
-from .server import PgServer, server_from_env, unique_database_name
+from .database import ConnectionUnavailable, PgDatabase
+from .dsn import check_dsn_env, one_line
+from .server import PgServer, PostgresStartupError, PostgresUnavailable, server_from_env, unique_database_name
 
 _lock = threading.Lock()
 _shared: tuple[int, PgServer] | None = None  # (pid that started it, server)
@@ -67,3 +75,105 @@ def stop_shared_server() -> None:
         if _shared is not None and _shared[0] == os.getpid():
             _shared[1].stop()
         _shared = None
+
+
+class PostgresProvisioner(Provisioner):
+    """QLWF_PG_DSN, or a throwaway cluster from the local server binaries (started once per process).
+
+    No binaries and no DSN: BackendUnavailable (skipped locally, a failure under CI=true). A
+    malformed or unreachable DSN is unavailable too; a cluster that will not start is misconfigured."""
+
+    required_in_ci = True
+    description = "QLWF_PG_DSN, or a throwaway cluster from the local PostgreSQL binaries"
+
+    def prepare(self) -> None:
+        with self.guard():
+            check_dsn_env()
+            shared_server()
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        try:
+            yield
+        except PostgresUnavailable as e:
+            raise BackendUnavailable(one_line(e)) from e
+        except PostgresStartupError as e:
+            raise BackendMisconfigured(one_line(e)) from e
+
+
+class PostgresConcurrencyStore:
+    """One fresh database of the server for one concurrency run; its port pools K connections."""
+
+    transient: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
+
+    def __init__(self, server: PgServer) -> None:
+        from qlwf.conformance.concurrency import StoreSetupFailed
+
+        self._server = server
+        self._name = unique_database_name("qlwf_concurrency")
+        try:
+            self.conninfo = server.create_database(self._name)
+        except psycopg.OperationalError as e:
+            raise StoreSetupFailed(f"cannot set up the database: {one_line(e)}") from e
+        try:
+            schema = PgDatabase(self.conninfo, size=1)
+            try:
+                schema.apply_schema()
+            finally:
+                schema.close()
+        except ConnectionUnavailable as e:
+            self._drop()
+            raise StoreSetupFailed(f"cannot set up the database: {one_line(e)}") from e
+
+    def port(self, k: int, clock: Clock, variant: str, observer: Observer) -> PostgresAdapter:
+        from qlwf.conformance.concurrency_variants import VARIANTS
+
+        chosen = VARIANTS[variant]
+        # the port owns its pool of K connections: closing the port closes it
+        return PostgresAdapter(self.conninfo, clock, store_factory=chosen.store_factory, isolation=chosen.isolation,
+                               pool_size=k, observer=observer)
+
+    def probe(self) -> bool:
+        from qlwf.conformance.outage import probe
+
+        return probe(self.conninfo)
+
+    def quiet(self) -> contextlib.AbstractContextManager[None]:
+        from qlwf.conformance.outage import quiet_pool
+
+        return quiet_pool()
+
+    def close(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
+        with contextlib.suppress(psycopg.OperationalError):  # the server may be the thing that is gone
+            self._server.drop_database(self._name)
+
+
+class PostgresConcurrencyHost:
+    """The `concurrency` capability of the postgres backend (conformance/concurrency.py)."""
+
+    name = "postgres"
+
+    def __init__(self, server: PgServer | None = None) -> None:
+        self.server = server if server is not None else shared_server()[0]
+
+    @property
+    def variants(self) -> dict[str, str]:
+        from qlwf.conformance.concurrency_variants import VARIANTS
+
+        return {name: v.description for name, v in VARIANTS.items()}
+
+    def open_store(self) -> PostgresConcurrencyStore:
+        return PostgresConcurrencyStore(self.server)
+
+    def capacity_problem(self, k: int) -> str | None:
+        """K pooled connections plus one for the harness (outage probes) must fit the server."""
+        from qlwf.conformance.outage import connection_headroom
+
+        headroom = connection_headroom(self.server.dsn())
+        if k + 1 > headroom.available:
+            return (f"--concurrency {k} needs {k + 1} connections but the server accepts {headroom.available} more "
+                    f"({headroom.describe()})")
+        return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psycopg
 from qlwf.impl.commands.failures import Failures
 from qlwf.model.errors import QlwfError
 
@@ -25,11 +24,3 @@ def map_storage_error(fail: Failures, error: BaseException) -> QlwfError:
         return fail.conflict("constraint_violation", f"SQLSTATE {state}: {error}")
     kind = f"SQLSTATE {state}" if state else type(error).__name__
     return fail.unavailable("storage_error", f"{kind}: {error}")
-
-
-class Retryable(Exception):
-    """A try failed with a retryable SQLSTATE; the command is re-run on a fresh connection."""
-
-    def __init__(self, state: str, error: psycopg.Error) -> None:
-        super().__init__(f"SQLSTATE {state}: {error}")
-        self.sqlstate = state
