@@ -1,6 +1,7 @@
 """Storage mutants of the convergence page loop (the adapters' `_converge_page`), applied by monkeypatching.
 
-Both reintroduce known defects of the production runtime (cancellation.md §8, D-6):
+Both are patched onto the dialect's adapter class (over impl/sql_adapter.py's shared page loop) and
+reintroduce known defects of the production runtime (cancellation.md §8, D-6):
 
 * `page_in_one_transaction` converges the whole page in one transaction: a drifted workflow's error
   rolls back its healthy page mates and fails the page — on every later sweep too;
@@ -21,6 +22,7 @@ from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import assemble_page, workflow_outcome
 from qlwf.impl.commands.registry import CONVERGE, run_command
 from qlwf.impl.port import Record
+from qlwf.impl.sql_adapter import SqlAdapter
 
 
 @dataclass(frozen=True)
@@ -32,46 +34,41 @@ class StorageMutant:
     apply: Callable[[pytest.MonkeyPatch], None]
 
 
+def _one_transaction(adapter: type[SqlAdapter]) -> Callable[[pytest.MonkeyPatch], None]:
+    """Scan, then every workflow of the page through the dialect's own transaction template, once."""
+
+    def apply(mp: pytest.MonkeyPatch) -> None:
+        def page(self: SqlAdapter, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
+            with self._connection(fail) as conn:
+                rows = self.queries.cancellation_rows(conn, after, limit, fail)
+                self._begin(conn)
+                try:
+                    store, workflow = self._store_for(conn), Failures("converge_cancellation")
+                    outcomes = []
+                    for row in rows[:limit]:
+                        result = run_command(store, workflow, self.clock, CONVERGE, {"runId": row["runId"]})
+                        outcomes.append(workflow_outcome(row["runId"], result))
+                    self._commit(conn)
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+                return assemble_page(limit, rows, outcomes, self.queries.any_cancellation_candidate(conn))
+
+        mp.setattr(adapter, "_converge_page", page)
+
+    return apply
+
+
 def _one_transaction_sqlite(mp: pytest.MonkeyPatch) -> None:
-    from qlwf.impl.sqlite import queries
     from qlwf.impl.sqlite.adapter import SqliteAdapter
 
-    def page(self: SqliteAdapter, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
-        rows = queries.cancellation_rows(self._conn, after, limit, fail)
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            outcomes = [workflow_outcome(row["runId"], run_command(self._store, Failures("converge_cancellation"),
-                                                                   self.clock, CONVERGE, {"runId": row["runId"]}))
-                        for row in rows[:limit]]
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        return assemble_page(limit, rows, outcomes, queries.any_cancellation_candidate(self._conn))
-
-    mp.setattr(SqliteAdapter, "_converge_page", page)
+    _one_transaction(SqliteAdapter)(mp)
 
 
 def _one_transaction_postgres(mp: pytest.MonkeyPatch) -> None:
-    from qlwf.impl.postgres import queries
-    from qlwf.impl.postgres.adapter import PostgresAdapter, _rollback
+    from qlwf.impl.postgres.adapter import PostgresAdapter
 
-    def page(self: PostgresAdapter, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
-        with self._connection(fail) as conn:
-            rows = queries.cancellation_rows(conn, after, limit, fail)
-            conn.execute(self._begin)
-            try:
-                store = self._store_factory(conn)
-                outcomes = [workflow_outcome(row["runId"], run_command(store, Failures("converge_cancellation"),
-                                                                       self.clock, CONVERGE, {"runId": row["runId"]}))
-                            for row in rows[:limit]]
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
-            return assemble_page(limit, rows, outcomes, queries.any_cancellation_candidate(conn))
-
-    mp.setattr(PostgresAdapter, "_converge_page", page)
+    _one_transaction(PostgresAdapter)(mp)
 
 
 def _ignore_cursor(adapter: type[Any]) -> Callable[[pytest.MonkeyPatch], None]:
