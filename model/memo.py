@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .canonical import canonical_json, plain_canonical_json
@@ -29,6 +31,23 @@ _FLAT_VALUE_TYPES = _SCALAR_TYPES - {float}
 _STR_ONLY = frozenset((str,))
 # Larger inputs are normalized every time instead of pinning their text (a plan is at most 262144 bytes).
 MAX_KEY_CHARS = 1 << 19  # bytes of key text
+
+
+# Set while the values the memos are asked about were built by a JSON parser (see parsed_json_input).
+_PARSED_INPUT: ContextVar[bool] = ContextVar("qlwf_memo_parsed_input", default=False)
+
+
+@contextmanager
+def parsed_json_input() -> Iterator[None]:
+    """Within: the caller vouches that every value the memos are asked about came from a strict JSON
+    parser (exact dict with str keys, list, str, int, bool, None, finite float; no lone surrogate),
+    as `qlwf oracle` inputs do, so the keys skip their type walks. The resolvers ask the memos only
+    about parts of their input. Per thread (a context variable): other threads are unaffected."""
+    token = _PARSED_INPUT.set(True)
+    try:
+        yield
+    finally:
+        _PARSED_INPUT.reset(token)
 
 
 def is_plain_json(x: Any) -> bool:
@@ -64,6 +83,8 @@ def text_key(x: Any) -> Hashable | None:
     with `.` or `e`) - save NaN and infinities, which orjson writes as `null`. So a text with `null`
     in it is replaced by the reference text, which raises for those.
     """
+    if _PARSED_INPUT.get():
+        return _parsed_key(x)
     if not is_plain_json(x):
         return None
     try:
@@ -71,6 +92,17 @@ def text_key(x: Any) -> Hashable | None:
         if b"null" in key:
             key = canonical_json(x)
     except (ValueError, RecursionError):  # NaN/infinity, a lone surrogate, an int too long to print, depth
+        return None
+    return key if len(key) <= MAX_KEY_CHARS else None
+
+
+def _parsed_key(x: Any) -> Hashable | None:
+    """text_key of a value a JSON parser built: exact types, and every float finite (orjson writes
+    one in a shortest round-trip form, which tells it from any integer), so no walk and no `null`
+    re-check are needed; only the size bound and what the fast encoder refuses remain."""
+    try:
+        key = plain_canonical_json(x)
+    except (ValueError, RecursionError):  # a lone surrogate or nesting no encoder writes: no key
         return None
     return key if len(key) <= MAX_KEY_CHARS else None
 
@@ -84,8 +116,11 @@ def flat_key(x: Any) -> Hashable | None:
     only keys of successful normalizations are kept, bounded by the normalizer's own size limit
     (16384 bytes for a StepRun).
     """
-    if type(x) is not dict or not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values()))
-                                   and _STR_ONLY.issuperset(map(type, x))):
+    if type(x) is not dict:
+        return None
+    if _PARSED_INPUT.get():
+        return _parsed_key(x)
+    if not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values())) and _STR_ONLY.issuperset(map(type, x))):
         return None
     try:
         return plain_canonical_json(x)

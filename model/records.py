@@ -8,6 +8,7 @@ key order. Failures raise the normalizer's typed Invalid error.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable
 from functools import cache
@@ -19,6 +20,7 @@ from . import tables as T
 from .canonical import canonical_json, digest_bytes, json_digest, plain_canonical_json
 from .errors import Invalid
 from .values import (
+    _RESOURCE_RE,
     INT31_MAX,
     SAFE_INT_MAX,
     is_array,
@@ -155,6 +157,11 @@ def dependency_graph(steps: list[Record]) -> nx.DiGraph:
     return g
 
 
+_PLAN_STEP_KEYSET = frozenset(PLAN_STEP_KEYS)
+_PLAN_STEP_VALUES = operator.itemgetter(*PLAN_STEP_KEYS)
+_RESOURCE = _RESOURCE_RE.fullmatch  # is_resource_id's pattern
+
+
 def normalize_plan(x: Any) -> Record:
     fail = PLAN_FAIL
     exact_keys(x, PLAN_KEYS, (), fail, "plan")
@@ -170,36 +177,38 @@ def normalize_plan(x: Any) -> Record:
     steps: list[Record] = []
     # `if not ...: fail(f"...")` rather than fail.check(..., f"..."): the messages are built only on failure.
     mrd = target["materializedRevisionDigest"]
+    ref_prefix = task_definition_ref(mrd, "")
     for i, step in enumerate(steps_in):
-        exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
-        if not (step["initialStatus"] in ("ready", "pending") and step["required"] is True):
+        if not (type(step) is dict and step.keys() == _PLAN_STEP_KEYSET):
+            exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
+        (step_run_id, key, task_id, definition_ref, definition_digest, needs, initial,
+         required) = _PLAN_STEP_VALUES(step)
+        if not (initial in ("ready", "pending") and required is True):
             fail(f"plan step {i} initialStatus/required invalid")
-        key = step["stepKey"]
-        if not is_resource_id(key):
+        if not (type(key) is str and _RESOURCE(key) is not None):  # is_resource_id
             fail(f"plan step {i} stepKey invalid")
-        if not is_resource_id(step["taskId"]):
+        if not (type(task_id) is str and _RESOURCE(task_id) is not None):
             fail(f"plan step {i} taskId invalid")
-        needs = step["needs"]
         if not (is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS):
             fail(f"plan step {i} needs must be an array")
         for j, need in enumerate(needs):
-            if not is_resource_id(need):
+            if not (type(need) is str and _RESOURCE(need) is not None):
                 fail(f"plan step {i} need {j} invalid")
             if need == key:
                 fail(f"plan step {i} needs itself")
             if not (j == 0 or needs[j - 1] < need):
                 fail(f"plan step {i} needs not strictly ascending")
-        if (step["initialStatus"] == "ready") != (not needs):
+        if (initial == "ready") != (not needs):
             fail(f"plan step {i} initialStatus must be ready iff needs is empty")
-        if not step["taskDefinitionRef"] == task_definition_ref(mrd, step["taskId"]):  # noqa: SIM201 - as before
+        if not definition_ref == ref_prefix + task_id:  # noqa: SIM201 - task_definition_ref(mrd, taskId)
             fail(f"plan step {i} taskDefinitionRef mismatch")
-        if not is_identifier(step["stepRunId"]):
+        if not (type(step_run_id) is str and _IDENT_128(step_run_id) is not None):  # is_identifier
             fail(f"plan step {i} stepRunId invalid")
-        if not is_digest(step["taskDefinitionDigest"]):
+        if not (type(definition_digest) is str and _HEX_64(definition_digest) is not None):  # is_digest
             fail(f"plan step {i} taskDefinitionDigest invalid")
-        copy = {k: step[k] for k in PLAN_STEP_KEYS}  # every key is present (exact_keys)
-        copy["needs"] = list(needs)
-        steps.append(copy)
+        steps.append({"stepRunId": step_run_id, "stepKey": key, "taskId": task_id, "taskDefinitionRef": definition_ref,
+                      "taskDefinitionDigest": definition_digest, "needs": list(needs), "initialStatus": initial,
+                      "required": required})
     steps.sort(key=lambda s: s["stepKey"])
     for a, b in itertools.pairwise(steps):
         if a["stepKey"] == b["stepKey"]:
@@ -325,6 +334,37 @@ def _step_fields_ok(x: Record) -> bool:
     )
 
 
+_STEP_VALUES = operator.itemgetter(*STEP_RUN_KEYS)  # a StepRun's values in canonical order, at C speed
+_STEP_KIND_SET = frozenset(T.STEP_KINDS)
+_STEP_STATUS_SET = frozenset(T.STEP_STATUSES)
+
+
+def _step_values_ok(v: tuple[Any, ...]) -> bool:
+    """_step_fields_ok on the values in canonical order, held in locals (no dict look-ups). Only
+    ever stricter than the rules (exact str types before a set look-up): a False runs the rule loop,
+    which decides."""
+    (schema, id_, run_id, parent, step_key, kind, definition_ref, definition_digest, required, status,
+     version, attempt_count, input_ref, output_ref, approval, ready, started, finished, result_code,
+     error_summary, created, updated, last_mutation, digest) = v
+    ident, ref, ts = _ident, _ref, _ts
+    return (
+        schema == T.SCHEMA_STEP_RUN and ident(id_) and ident(run_id) and (parent is None or ident(parent))
+        and ident(step_key) and type(kind) is str and kind in _STEP_KIND_SET and ref(definition_ref)
+        and type(definition_digest) is str and _HEX_64(definition_digest) is not None
+        and type(required) is bool and type(status) is str and status in _STEP_STATUS_SET
+        and type(version) is int and 1 <= version <= INT31_MAX
+        and type(attempt_count) is int and 0 <= attempt_count <= T.MAX_STEP_RUN_ATTEMPTS
+        and (input_ref is None or ref(input_ref)) and (output_ref is None or ref(output_ref))
+        and (approval is None or ident(approval))
+        and (ready is None or ts(ready)) and (started is None or ts(started)) and (finished is None or ts(finished))
+        and (result_code is None or is_result_code(result_code))
+        and (error_summary is None or (type(error_summary) is str and _PRINTABLE_2048(error_summary) is not None)
+             or is_summary_text(error_summary))
+        and ts(created) and ts(updated) and ident(last_mutation)
+        and type(digest) is str and _HEX_64(digest) is not None
+    )
+
+
 _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
     "pending": (False, False, False),
     "ready": (True, False, False),
@@ -398,12 +438,12 @@ STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
     if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
         exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
-    if not _step_fields_ok(x):
+    values = _STEP_VALUES(x)
+    if not _step_values_ok(values):
         for key, rule in _STEP_RULES:
             if not rule(x[key]):
                 fail(f"StepRun {key} is invalid")
-    # A copy in canonical order; a C-level copy when the input already is (as ql3 writes records).
-    s = dict(x) if tuple(x) == STEP_RUN_KEYS else {k: x[k] for k in STEP_RUN_KEYS}
+    s = dict(zip(STEP_RUN_KEYS, values, strict=True))  # a copy in canonical order, built at C speed
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
