@@ -11,6 +11,10 @@ OrderedDict operations hold a lock; normalization runs outside it (two threads m
 key both normalize, and both results are equal). It is bounded by entry count and by key size, and
 an input it cannot key (not plain JSON, a float that JSON cannot carry, a lone surrogate, an
 oversized text) bypasses it: the normalizer itself then reports its typed error.
+
+Cold traffic (an oracle client's new snapshots, decisions Q-19) pays for keys that never hit: a
+memo that keeps missing samples its calls until a hit shows that inputs repeat again, and callers
+that parsed their input from JSON text may say so (`parsed_json_input`) to skip the type walks.
 """
 
 from __future__ import annotations
