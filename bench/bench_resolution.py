@@ -32,6 +32,8 @@ from qlwf.model.invariants import consistent_binding
 from qlwf.model.oracle import consult
 from qlwf.model.system import WorkflowSystem
 
+from qlwf.cmd_oracle import answer_bytes
+
 N = 128
 SEED = 20261129
 
@@ -129,6 +131,19 @@ def in_process(fn: str, inputs: list[Any], expected: Any) -> tuple[list[float], 
     return samples, answers
 
 
+def handler_cpu(lines: list[bytes], expected: Any) -> list[float]:
+    """CPU seconds (this thread's, so other jobs on the machine barely move it) of the batch line
+    handler itself, in this process: parse, gate, resolve, encode; no pipe, no scheduling wait.
+    `lines` are texts this process has not seen (its memo cannot hit)."""
+    samples = []
+    for line in lines:
+        t0 = time.thread_time()
+        answer = answer_bytes(line)
+        samples.append(time.thread_time() - t0)
+        assert json.loads(answer) == {"ok": expected}, f"handler answer differs: {answer[:200]!r}"
+    return samples
+
+
 class Batch:
     """One `qlwf oracle batch` subprocess driven one request at a time, over binary pipes (a client
     reads answer bytes; decoding them is the client's business, not the oracle's)."""
@@ -189,7 +204,9 @@ def main() -> None:
           "batch = one `qlwf oracle batch` subprocess, line in, line out "
           f"({'spaced' if args.spaced else 'compact'} request lines, binary pipes)")
     print("each case: the median, then the minimum (the sample least disturbed by other load on the machine)")
-    cols = ("in-proc cold", "in-proc warm", "cold/warm", "batch cold", "batch warm", "cold/warm", "batch/in-proc")
+    print("handler cpu = CPU time of the batch line handler on the cold lines, in this process (no pipe)")
+    cols = ("in-proc cold", "in-proc warm", "cold/warm", "batch cold", "batch warm", "cold/warm", "batch/in-proc",
+            "handler cpu")
     print(f"{'case':<28}" + "".join(f"{c:>14}" for c in cols))
     rng = random.Random(SEED)
     batch = Batch()
@@ -201,7 +218,8 @@ def main() -> None:
             frontier, cancel = snapshots(name, steps)
             for fn, label, snap in (("frontier", "frontier", frontier), ("cancel", "cancel-all", cancel)):
                 expected = consult(fn, snap).resolution
-                warmup, *cold_inputs = variants(snap, args.repeat + 1, rng)
+                warmup, *cold_inputs = variants(snap, 2 * args.repeat + 1, rng)
+                cold_inputs, handler_inputs = cold_inputs[: args.repeat], cold_inputs[args.repeat:]
                 consult(fn, warmup)
                 # Parsed from text like a request (fresh strings, not the snapshot's own objects); untimed.
                 parsed = [json.loads(json.dumps(v)) for v in cold_inputs]
@@ -211,9 +229,10 @@ def main() -> None:
                 b_cold = through_batch(batch, request_line(fn, warmup, args.spaced), cold_lines, cold_answers)
                 warm_line = request_line(fn, snap, args.spaced)
                 b_warm = through_batch(batch, warm_line, [warm_line] * args.repeat, warm_answers)
+                h_cold = handler_cpu([request_line(fn, v, args.spaced) for v in handler_inputs], expected)
                 for stat in (statistics.median, min):
-                    a, b, c, d = (stat(x) * 1000 for x in (ip_cold, ip_warm, b_cold, b_warm))
-                    cells = (a, b, a / b, c, d, c / d, c / a)
+                    a, b, c, d, e = (stat(x) * 1000 for x in (ip_cold, ip_warm, b_cold, b_warm, h_cold))
+                    cells = (a, b, a / b, c, d, c / d, c / a, e)
                     case = f"{name} {label} {stat.__name__}"
                     print(f"{case:<28}" + "".join(f"{x:>14.3f}" for x in cells), flush=True)
                 cold_batch[fn].append((statistics.median(b_cold) * 1000, min(b_cold) * 1000))
