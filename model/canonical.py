@@ -74,16 +74,22 @@ def digest_bytes(domain: str, body: bytes) -> str:
     return hashlib.sha256(_domain_prefix(domain) + body).hexdigest()
 
 
+_EXACT_FIELD_TYPES = frozenset((str, int))
+
+
 def id_hash(domain: str, *fields: str | int) -> str:
     """hex(sha256(domain ‖ NUL ‖ f1 ‖ NUL ‖ … ‖ NUL ‖ fk)); integers are written in decimal."""
-    parts = [domain.encode("utf-8")]
+    # Joined as text and encoded once: UTF-8 of a concatenation is the concatenation of the UTF-8s.
+    if _EXACT_FIELD_TYPES.issuperset(map(type, fields)):  # exact str and int (not bool): str() is exact
+        return hashlib.sha256("\x00".join([domain, *map(str, fields)]).encode("utf-8")).hexdigest()
+    parts = [domain]
     for field in fields:
         if type(field) is str:  # the common cases first
-            parts.append(field.encode("utf-8"))
+            parts.append(field)
         elif type(field) is int:
-            parts.append(str(field).encode("utf-8"))
+            parts.append(str(field))
         elif isinstance(field, bool):
             raise TypeError("booleans are not identifier fields")
         else:
-            parts.append(str(field).encode("utf-8") if isinstance(field, int) else field.encode("utf-8"))
-    return hashlib.sha256(b"\x00".join(parts)).hexdigest()
+            parts.append(str(field) if isinstance(field, int) else field.encode("utf-8").decode("utf-8"))
+    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()

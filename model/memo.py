@@ -11,13 +11,19 @@ OrderedDict operations hold a lock; normalization runs outside it (two threads m
 key both normalize, and both results are equal). It is bounded by entry count and by key size, and
 an input it cannot key (not plain JSON, a float that JSON cannot carry, a lone surrogate, an
 oversized text) bypasses it: the normalizer itself then reports its typed error.
+
+Cold traffic (an oracle client's new snapshots, decisions Q-19) pays for keys that never hit: a
+memo that keeps missing samples its calls until a hit shows that inputs repeat again, and callers
+that parsed their input from JSON text may say so (`parsed_json_input`) to skip the type walks.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .canonical import canonical_json, plain_canonical_json
@@ -29,6 +35,23 @@ _FLAT_VALUE_TYPES = _SCALAR_TYPES - {float}
 _STR_ONLY = frozenset((str,))
 # Larger inputs are normalized every time instead of pinning their text (a plan is at most 262144 bytes).
 MAX_KEY_CHARS = 1 << 19  # bytes of key text
+
+
+# Set while the values the memos are asked about were built by a JSON parser (see parsed_json_input).
+_PARSED_INPUT: ContextVar[bool] = ContextVar("qlwf_memo_parsed_input", default=False)
+
+
+@contextmanager
+def parsed_json_input() -> Iterator[None]:
+    """Within: the caller vouches that every value the memos are asked about came from a strict JSON
+    parser (exact dict with str keys, list, str, int, bool, None, finite float; no lone surrogate),
+    as `qlwf oracle` inputs do, so the keys skip their type walks. The resolvers ask the memos only
+    about parts of their input. Per thread (a context variable): other threads are unaffected."""
+    token = _PARSED_INPUT.set(True)
+    try:
+        yield
+    finally:
+        _PARSED_INPUT.reset(token)
 
 
 def is_plain_json(x: Any) -> bool:
@@ -64,6 +87,8 @@ def text_key(x: Any) -> Hashable | None:
     with `.` or `e`) - save NaN and infinities, which orjson writes as `null`. So a text with `null`
     in it is replaced by the reference text, which raises for those.
     """
+    if _PARSED_INPUT.get():
+        return _parsed_key(x)
     if not is_plain_json(x):
         return None
     try:
@@ -71,6 +96,17 @@ def text_key(x: Any) -> Hashable | None:
         if b"null" in key:
             key = canonical_json(x)
     except (ValueError, RecursionError):  # NaN/infinity, a lone surrogate, an int too long to print, depth
+        return None
+    return key if len(key) <= MAX_KEY_CHARS else None
+
+
+def _parsed_key(x: Any) -> Hashable | None:
+    """text_key of a value a JSON parser built: exact types, and every float finite (orjson writes
+    one in a shortest round-trip form, which tells it from any integer), so no walk and no `null`
+    re-check are needed; only the size bound and what the fast encoder refuses remain."""
+    try:
+        key = plain_canonical_json(x)
+    except (ValueError, RecursionError):  # a lone surrogate or nesting no encoder writes: no key
         return None
     return key if len(key) <= MAX_KEY_CHARS else None
 
@@ -84,13 +120,24 @@ def flat_key(x: Any) -> Hashable | None:
     only keys of successful normalizations are kept, bounded by the normalizer's own size limit
     (16384 bytes for a StepRun).
     """
-    if type(x) is not dict or not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values()))
-                                   and _STR_ONLY.issuperset(map(type, x))):
+    if type(x) is not dict:
+        return None
+    if _PARSED_INPUT.get():
+        return _parsed_key(x)
+    if not (_FLAT_VALUE_TYPES.issuperset(map(type, x.values())) and _STR_ONLY.issuperset(map(type, x))):
         return None
     try:
         return plain_canonical_json(x)
     except ValueError:  # a lone surrogate (the reference encoder refuses it too)
         return None
+
+
+# A memo that has missed this many times in a row is being sent new inputs (an oracle client's cold
+# snapshots): it then keys only one call in SAMPLE_EVERY, and the first hit there resumes keying every
+# call. Keying costs an encoding and two lock round trips per record, pure overhead on misses; a
+# bypassed call normalizes as a miss would, so no answer changes, only whether it is remembered.
+COLD_STREAK = 1024
+SAMPLE_EVERY = 16
 
 
 class ExactMemo:
@@ -102,8 +149,15 @@ class ExactMemo:
         self.key = key
         self.entries: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        # Heuristic counters: a race between threads only moves which call is sampled.
+        self.misses_in_a_row = 0
+        self._calls = 0
 
     def __call__(self, x: Any) -> dict[str, Any]:
+        if self.misses_in_a_row >= COLD_STREAK:
+            self._calls += 1
+            if self._calls % SAMPLE_EVERY:
+                return self.fn(x)
         # Only plain JSON values are keyed: the JSON text alone would confuse a tuple with a list or
         # a dict subclass with a dict, which the normalizers must reject.
         key = self.key(x)
@@ -113,6 +167,7 @@ class ExactMemo:
             hit = self.entries.get(key)
             if hit is not None:
                 self.entries.move_to_end(key)
+                self.misses_in_a_row = 0
                 return hit
         value = self.fn(x)
         with self._lock:
@@ -120,6 +175,7 @@ class ExactMemo:
             self.entries[key] = value
             while len(self.entries) > self.size:
                 self.entries.popitem(last=False)
+            self.misses_in_a_row += 1
         return value
 
     def __len__(self) -> int:
@@ -129,3 +185,4 @@ class ExactMemo:
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
+            self.misses_in_a_row = 0

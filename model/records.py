@@ -8,6 +8,7 @@ key order. Failures raise the normalizer's typed Invalid error.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable
 from functools import cache
@@ -19,6 +20,7 @@ from . import tables as T
 from .canonical import canonical_json, digest_bytes, json_digest, plain_canonical_json
 from .errors import Invalid
 from .values import (
+    _RESOURCE_RE,
     INT31_MAX,
     SAFE_INT_MAX,
     is_array,
@@ -155,6 +157,11 @@ def dependency_graph(steps: list[Record]) -> nx.DiGraph:
     return g
 
 
+_PLAN_STEP_KEYSET = frozenset(PLAN_STEP_KEYS)
+_PLAN_STEP_VALUES = operator.itemgetter(*PLAN_STEP_KEYS)
+_RESOURCE = _RESOURCE_RE.fullmatch  # is_resource_id's pattern
+
+
 def normalize_plan(x: Any) -> Record:
     fail = PLAN_FAIL
     exact_keys(x, PLAN_KEYS, (), fail, "plan")
@@ -170,36 +177,38 @@ def normalize_plan(x: Any) -> Record:
     steps: list[Record] = []
     # `if not ...: fail(f"...")` rather than fail.check(..., f"..."): the messages are built only on failure.
     mrd = target["materializedRevisionDigest"]
+    ref_prefix = task_definition_ref(mrd, "")
     for i, step in enumerate(steps_in):
-        exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
-        if not (step["initialStatus"] in ("ready", "pending") and step["required"] is True):
+        if not (type(step) is dict and step.keys() == _PLAN_STEP_KEYSET):
+            exact_keys(step, PLAN_STEP_KEYS, (), fail, f"plan step {i}")
+        (step_run_id, key, task_id, definition_ref, definition_digest, needs, initial,
+         required) = _PLAN_STEP_VALUES(step)
+        if not (initial in ("ready", "pending") and required is True):
             fail(f"plan step {i} initialStatus/required invalid")
-        key = step["stepKey"]
-        if not is_resource_id(key):
+        if not (type(key) is str and _RESOURCE(key) is not None):  # is_resource_id
             fail(f"plan step {i} stepKey invalid")
-        if not is_resource_id(step["taskId"]):
+        if not (type(task_id) is str and _RESOURCE(task_id) is not None):
             fail(f"plan step {i} taskId invalid")
-        needs = step["needs"]
         if not (is_array(needs) and len(needs) <= T.MAX_WORKFLOW_STEPS):
             fail(f"plan step {i} needs must be an array")
         for j, need in enumerate(needs):
-            if not is_resource_id(need):
+            if not (type(need) is str and _RESOURCE(need) is not None):
                 fail(f"plan step {i} need {j} invalid")
             if need == key:
                 fail(f"plan step {i} needs itself")
             if not (j == 0 or needs[j - 1] < need):
                 fail(f"plan step {i} needs not strictly ascending")
-        if (step["initialStatus"] == "ready") != (not needs):
+        if (initial == "ready") != (not needs):
             fail(f"plan step {i} initialStatus must be ready iff needs is empty")
-        if not step["taskDefinitionRef"] == task_definition_ref(mrd, step["taskId"]):  # noqa: SIM201 - as before
+        if not definition_ref == ref_prefix + task_id:  # noqa: SIM201 - task_definition_ref(mrd, taskId)
             fail(f"plan step {i} taskDefinitionRef mismatch")
-        if not is_identifier(step["stepRunId"]):
+        if not (type(step_run_id) is str and _IDENT_128(step_run_id) is not None):  # is_identifier
             fail(f"plan step {i} stepRunId invalid")
-        if not is_digest(step["taskDefinitionDigest"]):
+        if not (type(definition_digest) is str and _HEX_64(definition_digest) is not None):  # is_digest
             fail(f"plan step {i} taskDefinitionDigest invalid")
-        copy = {k: step[k] for k in PLAN_STEP_KEYS}  # every key is present (exact_keys)
-        copy["needs"] = list(needs)
-        steps.append(copy)
+        steps.append({"stepRunId": step_run_id, "stepKey": key, "taskId": task_id, "taskDefinitionRef": definition_ref,
+                      "taskDefinitionDigest": definition_digest, "needs": list(needs), "initialStatus": initial,
+                      "required": required})
     steps.sort(key=lambda s: s["stepKey"])
     for a, b in itertools.pairwise(steps):
         if a["stepKey"] == b["stepKey"]:
@@ -325,6 +334,47 @@ def _step_fields_ok(x: Record) -> bool:
     )
 
 
+_STR_ONLY = frozenset((str,))
+_IDENT_PART = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+# id, runId, stepKey, lastMutationId, definitionRef (ASCII REFERENCE_TEXT), definitionDigest, stepRunDigest
+_STEP_TEXTS = re.compile("\x00".join([_IDENT_PART] * 4 + [r"[\x20-\x7e]{1,512}", "[0-9a-f]{64}", "[0-9a-f]{64}"]),
+                         re.ASCII).fullmatch
+_STEP_VALUES = operator.itemgetter(*STEP_RUN_KEYS)  # a StepRun's values in canonical order, at C speed
+_STEP_KIND_SET = frozenset(T.STEP_KINDS)
+_STEP_STATUS_SET = frozenset(T.STEP_STATUSES)
+
+
+def _step_values_ok(v: tuple[Any, ...]) -> bool:
+    """_step_fields_ok on the values in canonical order, held in locals (no dict look-ups). Only
+    ever stricter than the rules (exact str types before a set look-up): a False runs the rule loop,
+    which decides."""
+    (schema, id_, run_id, parent, step_key, kind, definition_ref, definition_digest, required, status,
+     version, attempt_count, input_ref, output_ref, approval, ready, started, finished, result_code,
+     error_summary, created, updated, last_mutation, digest) = v
+    ident, ref, ts = _ident, _ref, _ts
+    texts = (id_, run_id, step_key, last_mutation, definition_ref, definition_digest, digest)
+    # The seven always-present text fields in one match (none of their patterns admits NUL, so each
+    # field matches its own part); a non-ASCII reference text, or any failure, checks them one by one.
+    texts_ok = (_STR_ONLY.issuperset(map(type, texts)) and _STEP_TEXTS("\x00".join(texts)) is not None) or (
+        ident(id_) and ident(run_id) and ident(step_key) and ident(last_mutation) and ref(definition_ref)
+        and type(definition_digest) is str and _HEX_64(definition_digest) is not None
+        and type(digest) is str and _HEX_64(digest) is not None)
+    return (
+        schema == T.SCHEMA_STEP_RUN and texts_ok and (parent is None or ident(parent))
+        and type(kind) is str and kind in _STEP_KIND_SET
+        and type(required) is bool and type(status) is str and status in _STEP_STATUS_SET
+        and type(version) is int and 1 <= version <= INT31_MAX
+        and type(attempt_count) is int and 0 <= attempt_count <= T.MAX_STEP_RUN_ATTEMPTS
+        and (input_ref is None or ref(input_ref)) and (output_ref is None or ref(output_ref))
+        and (approval is None or ident(approval))
+        and (ready is None or ts(ready)) and (started is None or ts(started)) and (finished is None or ts(finished))
+        and (result_code is None or is_result_code(result_code))
+        and (error_summary is None or (type(error_summary) is str and _PRINTABLE_2048(error_summary) is not None)
+             or is_summary_text(error_summary))
+        and ts(created) and ts(updated)
+    )
+
+
 _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
     "pending": (False, False, False),
     "ready": (True, False, False),
@@ -333,6 +383,13 @@ _STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finis
     "lost": (True, True, False),
     **{s: (None, None, True) for s in T.TERMINAL_STEP},
 }
+
+
+_TERMINAL_SHAPE = (None, None, True)
+_INVARIANT_VALUES = operator.itemgetter(
+    "createdAtMs", "updatedAtMs", "readyAtMs", "startedAtMs", "finishedAtMs", "status", "approvalRequestId",
+    "outputRef", "resultCode", "errorSummary", "parentStepRunId", "attemptCount",
+)
 
 
 def _step_body_bytes(step_run: Record) -> bytes:
@@ -354,8 +411,8 @@ def _step_json_size(body: bytes) -> int:
 
 def step_run_invariant_violation(s: Record) -> str | None:
     """The first record invariant of records.md §6.3 that `s` (type-checked) violates, or None."""
-    created, updated = s["createdAtMs"], s["updatedAtMs"]
-    ready, started, finished = s["readyAtMs"], s["startedAtMs"], s["finishedAtMs"]
+    (created, updated, ready, started, finished, status, approval, output_ref, result_code, error_summary,
+     parent, attempt_count) = _INVARIANT_VALUES(s)
     if updated < created:
         return "updatedAtMs precedes createdAtMs"
     if ready is not None and not created <= ready <= updated:
@@ -368,26 +425,27 @@ def step_run_invariant_violation(s: Record) -> str | None:
         or (started is not None and finished < started)
     ):
         return "finishedAtMs out of order"
-    status = s["status"]
-    for name, want, value in zip(("readyAtMs", "startedAtMs", "finishedAtMs"), _STEP_TIMESTAMP_SHAPE[status],
-                                 (ready, started, finished), strict=True):
-        if want is not None and want != (value is not None):
-            return f"{status} StepRun must {'' if want else 'not '}have {name}"
-    if status == "waiting_approval" and s["approvalRequestId"] is None:
+    shape = _STEP_TIMESTAMP_SHAPE[status]
+    if shape != _TERMINAL_SHAPE or finished is None:  # a terminal StepRun needs only finishedAtMs
+        for name, want, value in zip(("readyAtMs", "startedAtMs", "finishedAtMs"), shape,
+                                     (ready, started, finished), strict=True):
+            if want is not None and want != (value is not None):
+                return f"{status} StepRun must {'' if want else 'not '}have {name}"
+    if status == "waiting_approval" and approval is None:
         return "waiting_approval requires approvalRequestId"
-    if s["outputRef"] is not None and status != "succeeded":
+    if output_ref is not None and status != "succeeded":
         return "outputRef is allowed only when succeeded"
-    if status in T.STEP_RESULT_CODE_REQUIRED and s["resultCode"] is None:
+    if status in T.STEP_RESULT_CODE_REQUIRED and result_code is None:
         return f"{status} requires resultCode"
     if status in ("succeeded", "pending", "ready", "waiting_approval", "running") and (
-        s["resultCode"] is not None or s["errorSummary"] is not None
+        result_code is not None or error_summary is not None
     ):
         return f"{status} must not carry resultCode or errorSummary"
-    if s["parentStepRunId"] is not None and s["parentStepRunId"] == s["id"]:
+    if parent is not None and parent == s["id"]:
         return "parentStepRunId equals id"
-    if s["attemptCount"] == 0 and started is not None:
+    if attempt_count == 0 and started is not None:
         return "attemptCount 0 with startedAtMs"
-    if s["attemptCount"] > 0 and status in ("pending", "ready") and started is not None:
+    if attempt_count > 0 and status in ("pending", "ready") and started is not None:
         return "pending/ready StepRun with attempts must not have startedAtMs"
     return None
 
@@ -398,12 +456,12 @@ STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
     if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
         exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
-    if not _step_fields_ok(x):
+    values = _STEP_VALUES(x)
+    if not _step_values_ok(values):
         for key, rule in _STEP_RULES:
             if not rule(x[key]):
                 fail(f"StepRun {key} is invalid")
-    # A copy in canonical order; a C-level copy when the input already is (as ql3 writes records).
-    s = dict(x) if tuple(x) == STEP_RUN_KEYS else {k: x[k] for k in STEP_RUN_KEYS}
+    s = dict(zip(STEP_RUN_KEYS, values, strict=True))  # a copy in canonical order, built at C speed
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
@@ -422,10 +480,11 @@ def seal_step_run(s: Record) -> Record:
     return {**body, "stepRunDigest": step_run_digest(body)}
 
 
-def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, bytes]:
+def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL, *, fresh: bool = False) -> tuple[Record, bytes]:
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
     invariants and size are checked; types hold by construction. Returns the record and its full
-    canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again."""
+    canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again.
+    `fresh`: `s` is the caller's own new dict, which may be sealed in place instead of copied."""
     if tuple(s) == STEP_RUN_KEYS and type(s["stepRunDigest"]) is str and _HEX_64(s["stepRunDigest"]) is not None:
         # A transition's copy of a normalized record: canonical order, ending with the previous
         # 64-hex digest, so the body is its text without that member, and the copy keeps the order.
@@ -433,7 +492,7 @@ def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL) -> tuple[Record, 
         if problem:
             fail(f"StepRun {s['id']}: {problem}")
         raw = plain_canonical_json(s)[:-_STEP_DIGEST_TAIL_BYTES] + b"}"  # validated values: no floats
-        sealed = dict(s)
+        sealed = s if fresh else dict(s)
     else:
         sealed = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
         problem = step_run_invariant_violation(sealed)

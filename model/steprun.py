@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, cast
 
 from . import tables as T
 from .canonical import digest_bytes, json_digest, plain_canonical_json
 from .errors import Conflict
 from .records import (
+    _HEX_64,
+    _IDENT_128,
     STEP_FAIL,
     STEP_RUN_KEYS,
     Record,
@@ -21,6 +24,7 @@ from .records import (
 )
 from .values import (
     INT31_MAX,
+    SAFE_INT_MAX,
     is_digest,
     is_identifier,
     is_int31,
@@ -29,7 +33,6 @@ from .values import (
     is_reference_text,
     is_result_code,
     is_summary_text,
-    is_timestamp,
 )
 
 COMMAND_REQUIRED = ("expectedVersion", "expectedDigest", "mutationId", "to", "atMs")
@@ -47,6 +50,8 @@ IMMUTABLE_STEP_KEYS = (
     "id", "runId", "parentStepRunId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
     "inputRef", "createdAtMs",
 )
+_COMMAND_REQUIRED_SET = frozenset(COMMAND_REQUIRED)
+_COMMAND_KEYSET = frozenset(COMMAND_REQUIRED + COMMAND_OPTIONAL)
 _OPTIONAL_RULES = {
     "approvalRequestId": is_identifier,
     "outputRef": is_reference_text,
@@ -71,21 +76,26 @@ def transition_step_run(current: Any, command: Any) -> Record:
 def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
-    exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
-    # `if not ...: fail(...)`: no message is built (and no call made) when a check passes.
+    if not (type(command) is dict and _COMMAND_REQUIRED_SET <= command.keys() <= _COMMAND_KEYSET):
+        exact_keys(command, COMMAND_REQUIRED, COMMAND_OPTIONAL, fail, "StepRun transition command")
+    # `if not ...: fail(...)`: no message is built (and no call made) when a check passes. The value
+    # predicates are inlined (is_int_in, is_digest, is_timestamp, is_identifier).
     to = command["to"]
     if to not in T.STEP_STATUSES:
         fail("transition target is not a StepRun status")
-    if not (is_int_in(command["expectedVersion"], 1, INT31_MAX) and is_digest(command["expectedDigest"])):
+    expected_version, expected_digest = command["expectedVersion"], command["expectedDigest"]
+    if not (type(expected_version) is int and 1 <= expected_version <= INT31_MAX
+            and type(expected_digest) is str and _HEX_64(expected_digest) is not None):
         fail("expectedVersion/expectedDigest invalid")
-    if command["expectedVersion"] != cur["version"] or command["expectedDigest"] != cur["stepRunDigest"]:
+    if expected_version != cur["version"] or expected_digest != cur["stepRunDigest"]:
         raise fence_conflict(f"StepRun {cur['id']} is not at the expected version/digest")
     if to not in T.STEP_TRANSITIONS[cur["status"]]:
         raise state_conflict(f"StepRun {cur['id']} cannot go {cur['status']} -> {to}")
     at = command["atMs"]
-    if not (is_timestamp(at) and at >= cur["updatedAtMs"]):
+    if not (type(at) is int and cur["updatedAtMs"] <= at <= SAFE_INT_MAX):  # updatedAtMs >= 0
         fail("transition time precedes updatedAtMs")
-    if not is_identifier(command["mutationId"]):
+    mutation_id = command["mutationId"]
+    if not (type(mutation_id) is str and _IDENT_128(mutation_id) is not None):
         fail("mutationId invalid")
     supplied = {k: command[k] for k in COMMAND_OPTIONAL if k in command}
     for key, value in supplied.items():
@@ -140,18 +150,27 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     nxt["updatedAtMs"] = at
     nxt["lastMutationId"] = command["mutationId"]
     # Self-check (§3.2): the produced record must satisfy the record invariants.
-    return sealed_step_run_bytes(nxt)
+    return sealed_step_run_bytes(nxt, fresh=True)  # nxt is this call's own copy
 
 
 def _context_ok(c: Any) -> bool:
-    """True only if _check_context passes (same tests, short-circuited, no messages)."""
-    return (type(c) is dict and c.keys() == _CONTEXT_KEYSET
-            and is_int31(c["expectedRunVersion"]) and is_int31(c["expectedRunEventSequence"])
-            and c["expectedRunVersion"] < INT31_MAX and c["expectedRunEventSequence"] < INT31_MAX
-            and is_identifier(c["eventId"]) and is_identifier(c["dedupeKey"]) and actor_problem(c["actor"]) is None)
+    """True only if _check_context passes (the same tests inlined, short-circuited, no messages; exact
+    str types before set look-ups, so never more lenient: a False runs _check_context, which decides)."""
+    if not (type(c) is dict and c.keys() == _CONTEXT_KEYSET):
+        return False
+    version, sequence, event_id, dedupe_key, actor = _CONTEXT_VALUES(c)
+    return (type(version) is int and 0 <= version < INT31_MAX and type(sequence) is int and 0 <= sequence < INT31_MAX
+            and type(event_id) is str and _IDENT_128(event_id) is not None
+            and (dedupe_key is event_id or (type(dedupe_key) is str and _IDENT_128(dedupe_key) is not None))
+            and type(actor) is dict and type(actor.get("type")) is str and actor["type"] in _ACTOR_TYPE_SET
+            and (len(actor) == 1 or (len(actor) == 2 and type(actor.get("id")) is str
+                                     and _IDENT_128(actor["id"]) is not None)))
 
 
 _CONTEXT_KEYSET = frozenset(CONTEXT_KEYS)
+_CONTEXT_VALUES = operator.itemgetter(*CONTEXT_KEYS)
+_ACTOR_TYPE_SET = frozenset(T.ACTOR_TYPES)
+
 
 
 def _check_context(context: Any) -> Record:

@@ -18,7 +18,14 @@ from typing import Any
 
 from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
+from qlwf.model.memo import parsed_json_input
 from qlwf.model.oracle import FUNCTIONS, ORACLE_REQUEST_INVALID, consult
+
+_orjson: Any
+try:  # the strict fast path below; without orjson every line takes the reference path
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a declared dependency
+    _orjson = None
 
 EXIT_INPUT = 2  # malformed or inconsistent input (typed model error)
 EXIT_INTERNAL = 70  # a bug in the oracle itself; never expected (EX_SOFTWARE)
@@ -127,6 +134,80 @@ def _members_match(text: str, value: Any) -> bool:
         return False
 
 
+# A `\\uD8xx`..`\\uDFxx` escape: a surrogate written as an escape (lone, or half of a pair).
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+_NOT_FLAT = frozenset((dict, list, float))  # what a flat, float-free container holds none of
+
+
+def _shallow_and_float_free(value: Any) -> bool:
+    """True when `value` (as orjson parses: exact dict, list, str, int, float, bool, None) nests at
+    most MAX_DEPTH deep (counted like `_too_deep`, level by level) and holds no float. A container
+    of scalars only (a StepRun, a list of needs) is passed over at C speed."""
+    t = type(value)
+    if t is not dict and t is not list:
+        return t is not float
+    flat = _NOT_FLAT.isdisjoint
+    level = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return False
+        below: list[Any] = []
+        push = below.append
+        for node in level:
+            values = node.values() if type(node) is dict else node
+            if flat(map(type, values)):
+                continue
+            for v in values:
+                tv = type(v)
+                if tv is dict or tv is list:
+                    push(v)
+                elif tv is float:
+                    return False
+        level = below
+    return True
+
+
+def _strict_orjson(data: bytes | str) -> tuple[Any] | None:
+    """The whole strict gate at C speed, for lines it can decide alone: (value,) or None ("not
+    sure": the reference path then decides, and words any error).
+
+    orjson itself refuses what RFC 8259 refuses (NaN, Infinity, invalid UTF-8, lone surrogate
+    escapes, control characters in strings, trailing commas, a BOM) and parses integers beyond
+    64 bits and every number with a fraction or exponent as floats, so a float anywhere in the value
+    sends the line to the reference path (which reports float literals and overflow exactly). What
+    orjson accepts silently is checked here: nesting depth, and repeated keys, of which it keeps
+    the last. A dropped member is found in one of two ways:
+    * length: orjson's encoding of the value is the shortest text of it (it escapes only what
+      RFC 8259 §7 requires, with the short escapes, and writes integers in shortest form;
+      tests/test_canonical.py pins it to that encoder), and a text with a repeated key also encodes
+      the dropped members, so a text exactly as long as the encoding dropped none (compact lines,
+      as JSON.stringify and canonical writers produce them, are decided by this alone);
+    * colons, as `_members_match` does: outside strings `:` only ends a member's name, so both texts
+      count members plus the colons inside strings; an escaped colon or a surrogate escape (whose
+      wording the reference owns) is "not sure".
+    """
+    if _orjson is None:
+        return None
+    try:
+        value = _orjson.loads(data)
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
+        return None
+    if not _shallow_and_float_free(value):
+        return None
+    encoded: bytes = _orjson.dumps(value)
+    raw = data if type(data) is bytes else data.encode("utf-8")  # orjson accepted it: no lone surrogate
+    size = len(raw) - (raw.endswith(b"\n") + raw.endswith(b"\r\n"))
+    if size == len(encoded):
+        return (value,)
+    if b"\\" in raw and (b"\\u003a" in raw or b"\\u003A" in raw or _SURROGATE_ESCAPE_BYTES.search(raw)):
+        return None
+    if raw.count(b":") != encoded.count(b":"):
+        return None  # a repeated key was dropped
+    return (value,)
+
+
 def _fast_parse(text: str, floats: list[str]) -> Any | None:
     """The common case at C speed (plain dicts, no pairs hook): None means "not sure" (a repeated
     key may have been dropped, or the text is invalid); the checking decoder then decides, and words
@@ -146,6 +227,12 @@ def _fast_parse(text: str, floats: list[str]) -> Any | None:
 def parse_json_floats(text: str) -> tuple[Any, bool]:
     """parse_json, and whether the text had a float literal (the answer may then hold a float,
     which only the reference encoder writes canonically)."""
+    sure = _strict_orjson(text)
+    return (sure[0], False) if sure is not None else _reference_parse(text)
+
+
+def _reference_parse(text: str) -> tuple[Any, bool]:
+    """parse_json_floats without the orjson fast path: the stdlib decoder and its hooks decide."""
     floats: list[str] = []
     value = _fast_parse(text, floats)
     if value is None:
@@ -215,7 +302,17 @@ def parse_request(text: str) -> tuple[str, Any, bool]:
     """A batch line → (fn, input, had a float literal); every malformed line is Invalid."""
     if not text.strip(_JSON_WS):
         raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'blank line: a request is exactly {"fn", "input"}')
-    request, floats = parse_json_floats(text)
+    return _request_parts(*parse_json_floats(text))
+
+
+def _reference_request(text: str) -> tuple[str, Any, bool]:
+    """parse_request for a line the strict fast path could not decide."""
+    if not text.strip(_JSON_WS):
+        raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'blank line: a request is exactly {"fn", "input"}')
+    return _request_parts(*_reference_parse(text))
+
+
+def _request_parts(request: Any, floats: bool) -> tuple[str, Any, bool]:
     if not isinstance(request, dict) or set(request) != {"fn", "input"}:
         raise Invalid(ORACLE_REQUEST_INVALID, "request_invalid", 'a request is exactly {"fn", "input"}')
     fn = request["fn"]
@@ -224,11 +321,18 @@ def parse_request(text: str) -> tuple[str, Any, bool]:
     return fn, request["input"], floats
 
 
-def _answer(line: str) -> tuple[dict[str, Any], bool]:
-    """answer_line, and whether the answer may hold a float (only when the request text had one)."""
+def _answer(line: str | bytes) -> tuple[dict[str, Any], bool]:
+    """answer_line, and whether the answer may hold a float (only when the request text had one).
+    A raw line (bytes) is decided by the strict fast path when it can, else decoded and parsed by
+    the reference path, which also words every error."""
     try:
-        fn, inp, floats = parse_request(line)
-        return {"ok": consult(fn, inp).resolution}, floats
+        sure = _strict_orjson(line) if type(line) is bytes else None
+        if sure is not None:
+            fn, inp, floats = _request_parts(sure[0], False)
+        else:
+            fn, inp, floats = parse_request(line) if type(line) is str else _reference_request(decode_utf8(line))
+        with parsed_json_input():  # the strict gate built `inp`: exact JSON types only
+            return {"ok": consult(fn, inp).resolution}, floats
     except QlwfError as e:
         return _error(e), False
     except Exception as e:  # a bug in the model; answered, so that it cannot cost the other lines
@@ -242,11 +346,7 @@ def answer_line(line: str) -> dict[str, Any]:
 
 def answer_bytes(raw: bytes) -> bytes:
     """One raw batch line (with or without its newline) → one encoded answer line."""
-    try:
-        answer, floats = _answer(decode_utf8(raw))
-    except QlwfError as e:
-        answer, floats = _error(e), False
-    return encode_answer(answer, floats)
+    return encode_answer(*_answer(raw))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -281,7 +381,8 @@ def _read(path: str) -> str:
 def run_single(args: argparse.Namespace) -> int:
     try:
         inp, floats = parse_json_floats(_read(args.file))
-        answer = consult(args.fn, inp)
+        with parsed_json_input():
+            answer = consult(args.fn, inp)
         body = {"resolution": answer.resolution, "explanation": answer.explanation} if args.explain \
             else answer.resolution
         data = _encode(body, args.pretty, floats)  # inside the handler: unencodable output is an internal error
