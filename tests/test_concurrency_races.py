@@ -60,8 +60,9 @@ def test_race_operations_all_aim_at_the_newest_live_attempt() -> None:
 
 
 def read_clock_before_locks(mp: pytest.MonkeyPatch) -> None:
-    """The mutant: `now` read before the lock phase (impl/commands/registry.run_command, PostgreSQL adapter)."""
-    from qlwf.impl.postgres import adapter
+    """The mutant: `now` read before the lock phase (impl/commands/registry.run_command, as the shared SQL
+    adapter calls it; only the PostgreSQL concurrency check runs while it is planted)."""
+    from qlwf.impl import sql_adapter as adapter
 
     def run_command(store: Any, fail: Any, clock: Any, command: registry.WritingCommand, prepared: Any,
                     on_now: Callable[[int], None] | None = None) -> Record:
@@ -79,6 +80,7 @@ def test_the_quick_concurrency_check_catches_a_clock_read_before_the_locks(pg_se
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as mp:
         read_clock_before_locks(mp)
-        evidence = checks.concurrency_postgres({"quick": True})
+        (check,) = [c for c in checks.backend_checks() if c.name == "concurrency-postgres"]
+        evidence = check.run({"quick": True})
     assert evidence.problems, evidence.summary
     assert evidence.counts["max_workers"] == 8
