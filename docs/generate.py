@@ -67,9 +67,9 @@ def tables_md() -> str:
 
 
 def _tests_mentioning() -> dict[str, list[str]]:
-    """INV-n → test files that name it explicitly."""
+    """INV-n → test files (and the mutant manifest's modules) that name it explicitly."""
     found: dict[str, list[str]] = {}
-    for path in sorted((REPO / "tests").glob("**/*.py")):
+    for path in sorted([*(REPO / "tests").glob("**/*.py"), *(REPO / "conformance" / "mutants").glob("*.py")]):
         for inv in sorted(set(re.findall(r"INV-\d+", path.read_text(encoding="utf-8")))):
             found.setdefault(inv, []).append(path.relative_to(REPO).as_posix())
     return found

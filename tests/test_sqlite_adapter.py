@@ -232,6 +232,40 @@ def test_clock_regression_fails_closed(port: SqliteAdapter) -> None:
     assert port.snapshot() == before
 
 
+def _claimed(port: SqliteAdapter) -> dict[str, Any]:
+    """run-1:a admitted and claimed by w1 at T0 (lease of 10 s); the worker arguments."""
+    admit(port)
+    out = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": "run-1:a",
+                                              "binding": plans.binding("a")}, now=T0)
+    attempt_id = out["attempt"]["id"]
+    port.execute("claim_lease", {"attemptId": attempt_id, "workerId": "w1", "durationMs": 10_000}, now=T0)
+    return {"attemptId": attempt_id, "workerId": "w1", "leaseGeneration": 1}
+
+
+def test_clock_regression_below_a_lease_update_fails_closed(port: SqliteAdapter) -> None:
+    """S-14: the floor is the later of the Run's last event and its leases' updatedAtMs; a renew writes
+    no event, so only the lease remembers T0 + 100."""
+    worker = _claimed(port)
+    port.execute("renew_lease", worker | {"durationMs": 10_000}, now=T0 + 100)
+    before = port.snapshot()
+    err = error_of(port, "start_attempt", worker | {"timeoutMs": None}, now=T0 + 50)
+    assert err["class"] == "Invalid" and err["reason"] == "clock_regression"
+    assert port.snapshot() == before
+
+
+def test_recovery_candidates_list_only_leased_leases(port: SqliteAdapter) -> None:
+    """task-attempts.md §9: an active attempt whose lease was released is no recovery candidate,
+    however long ago; the same attempt re-claimed and expired is one."""
+    worker = _claimed(port)
+    port.execute("release_lease", worker | {"reason": "declined"}, now=T0 + 1)
+    page = {"limit": 10}
+    assert port.execute("recovery_candidates", page, now=T0 + 60_000)["candidates"] == []
+    port.execute("claim_lease", {"attemptId": worker["attemptId"], "workerId": "w2", "durationMs": 10_000},
+                 now=T0 + 60_000)
+    (candidate,) = port.execute("recovery_candidates", page, now=T0 + 70_000)["candidates"]
+    assert candidate["attemptId"] == worker["attemptId"] and candidate["leaseExpiresAtMs"] == T0 + 70_000
+
+
 # ------------------------------------------------------------------------------------------------
 # Compare-and-set under a concurrent writer (storage.md §5)
 def _concurrent_digest_change(conn: sqlite3.Connection, step_run_id: str) -> None:
