@@ -8,7 +8,8 @@ Each mutant is judged by bench/mutation/suite.py (corpus + generated traces in l
 the CAS cases): exit 1 = killed. Not part of the default test run.
 
 Run (a long job; it lowers its own priority like `nice -n 10`):
-    python bench/bench_mutation.py [--paths impl/commands impl/sqlite] [--workdir DIR] [--resume]
+    python bench/bench_mutation.py [--paths impl/commands impl/sqlite] [--workdir DIR] [--sample F] [--resume]
+    python bench/bench_mutation.py --report-only --second-pass   # survivors against their files' wider tests
 Writes WORKDIR/session.sqlite (Cosmic Ray's session), WORKDIR/summary.json (score per file, every
 survivor with its diff) and prints the per-file table docs/benchmarks.md records.
 """
@@ -128,6 +129,43 @@ print(json.dumps({"files": files, "survivors": survivors, "pending": pending}))
     return summary
 
 
+# Second pass: each survivor of the selection re-run against the wider tests of its file (those tests
+# are behavioural too; they are left out of the per-mutant selection only for its cost).
+WIDER_TESTS = {
+    "impl/sqlite/migrations.py": ["tests/test_sqlite_schema.py"],
+    "impl/sqlite/memory.py": ["tests/test_sqlite_schema.py", "tests/test_sqlite_adapter.py"],
+    "impl/sqlite/readonly.py": ["tests/test_audit.py"],
+    "impl/sqlite/faults.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
+    "impl/commands/faults.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
+}
+SLOW_BATCH = "tests/test_conformance.py::test_generated_batch_passes_on_sqlite"  # 500 traces: the selection has some
+DEFAULT_WIDER = ["tests/test_sqlite_adapter.py", "tests/test_cas_guards.py", "tests/test_conformance.py"]
+
+
+def second_pass(python: Path, workdir: Path, summary: dict[str, Any]) -> None:
+    """Apply each survivor again (Cosmic Ray's `apply`), run its file's wider tests, restore the file."""
+    for s in summary["survivors"]:
+        if "wider" in s:
+            continue
+        path = workdir / s["file"]
+        original = path.read_bytes()
+        try:
+            subprocess.run([str(python), "-m", "cosmic_ray.cli", "apply", s["file"], s["operator"],
+                            str(s["occurrence"])], cwd=workdir, check=True, capture_output=True)
+            tests = WIDER_TESTS.get(s["file"], DEFAULT_WIDER)
+            pytest = [str(python), "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-m",
+                      "not postgres", *tests, "--deselect", SLOW_BATCH]
+            run = subprocess.run(pytest, cwd=workdir, capture_output=True, text=True, timeout=600)
+            s["wider"] = {"tests": tests, "killed": run.returncode != 0,
+                          "failed": [ln for ln in run.stdout.splitlines() if ln.startswith("FAILED")][:3]}
+        except subprocess.TimeoutExpired:
+            s["wider"] = {"tests": tests, "killed": True, "failed": ["timeout"]}
+        finally:
+            path.write_bytes(original)
+        print(f"{s['file']}:{s['line']} {s['operator']}: {'killed' if s['wider']['killed'] else 'survived'} "
+              "by the wider tests", file=sys.stderr, flush=True)
+
+
 def render(summary: dict[str, Any]) -> str:
     lines = ["| file | mutants | killed | timeout | survived | incompetent | score |", "|---|---|---|---|---|---|---|"]
     total = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "timeout": 0}
@@ -157,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261201, help="seed of the sample")
     parser.add_argument("--resume", action="store_true", help="continue the session in WORKDIR")
     parser.add_argument("--report-only", action="store_true", help="summarize the session in WORKDIR and exit")
+    parser.add_argument("--second-pass", action="store_true",
+                        help="re-run each survivor against its file's wider tests (after the run)")
     args = parser.parse_args(argv)
     os.nice(10)
     workdir: Path = args.workdir.resolve()
@@ -180,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*cosmic, "exec", str(config), "session.sqlite"], cwd=workdir, check=True)
         print(f"mutation run: {time.perf_counter() - start:.0f} s", file=sys.stderr)
     summary = summarize(python, workdir)
+    if args.second_pass:
+        second_pass(python, workdir, summary)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(render(summary))
     print(f"{len(summary['survivors'])} survivors: {workdir / 'summary.json'}")

@@ -235,8 +235,12 @@ def test_clock_regression_fails_closed(port: SqliteAdapter) -> None:
 def _claimed(port: SqliteAdapter) -> dict[str, Any]:
     """run-1:a admitted and claimed by w1 at T0 (lease of 10 s); the worker arguments."""
     admit(port)
-    out = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": "run-1:a",
-                                              "binding": plans.binding("a")}, now=T0)
+    return _claimed_step(port, "run-1:a")
+
+
+def _claimed_step(port: SqliteAdapter, step_run_id: str) -> dict[str, Any]:
+    out = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": step_run_id,
+                                              "binding": plans.binding(step_run_id.split(":")[1])}, now=T0)
     attempt_id = out["attempt"]["id"]
     port.execute("claim_lease", {"attemptId": attempt_id, "workerId": "w1", "durationMs": 10_000}, now=T0)
     return {"attemptId": attempt_id, "workerId": "w1", "leaseGeneration": 1}
@@ -264,6 +268,40 @@ def test_recovery_candidates_list_only_leased_leases(port: SqliteAdapter) -> Non
                  now=T0 + 60_000)
     (candidate,) = port.execute("recovery_candidates", page, now=T0 + 70_000)["candidates"]
     assert candidate["attemptId"] == worker["attemptId"] and candidate["leaseExpiresAtMs"] == T0 + 70_000
+
+
+def test_recovery_refuses_a_released_lease(port: SqliteAdapter) -> None:
+    """commands.md §4.14: recovery needs a `leased` lease; a released one long past its expiry is not."""
+    worker = _claimed(port)
+    port.execute("release_lease", worker | {"reason": "declined"}, now=T0 + 1)
+    before = port.snapshot()
+    err = error_of(port, "recover_attempt", {"attemptId": worker["attemptId"], "evidence": "not_running"},
+                   now=T0 + 60_000)
+    assert err["class"] == "Conflict" and err["reason"] == "not_leased"
+    assert port.snapshot() == before
+
+
+def test_counter_ceiling_is_exact_for_worker_commands(port: SqliteAdapter) -> None:
+    """commands.md §2.5: start_attempt appends one event, so it may bring the Run to 2147483647 exactly;
+    a renew past the deadline would append the timeout request beyond it."""
+    worker = _claimed(port)
+    raw_update(port, 'UPDATE "Runs" SET version = 2147483646, event_sequence = 2147483646')
+    assert port.execute("start_attempt", worker | {"timeoutMs": 1000}, now=T0 + 1)["status"] == "starting"
+    err = error_of(port, "renew_lease", worker | {"durationMs": 10_000}, now=T0 + 5000)
+    assert err == {"class": "Unavailable", "code": T.FAMILIES[T.COMMAND_FAMILY["renew_lease"]].unavailable,
+                   "reason": "counter_overflow"}
+
+
+def test_a_terminal_run_that_recomputes_to_another_status_is_drift(port: SqliteAdapter) -> None:
+    """frontier.md §6: a terminal Run is re-checked; one stored `failed` whose steps all succeeded is drift."""
+    admit(port, needs={"a": []})
+    worker = _claimed_step(port, "run-1:a")
+    port.execute("start_attempt", worker | {"timeoutMs": None}, now=T0 + 1)
+    port.execute("complete_attempt", worker | {"exitCode": 0}, now=T0 + 2)
+    assert port.execute("advance_frontier", {"runId": "run-1"}, now=T0 + 3)["terminalStatus"] == "succeeded"
+    raw_update(port, "UPDATE \"Runs\" SET status = 'failed', error_code = 'x'")
+    err = error_of(port, "advance_frontier", {"runId": "run-1"}, now=T0 + 4)
+    assert err["class"] == "Unavailable" and err["reason"] == "terminal_drift"
 
 
 # ------------------------------------------------------------------------------------------------

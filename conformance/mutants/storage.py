@@ -173,6 +173,7 @@ def _refusal(name: str, breaks: str, backend: str, test: str, plant: Callable[[P
     return Mutant(name, breaks, SCHEMA, f"schema-refusal:{backend}", "contract", plant, test)
 
 
+CEILING_TEST = "test_sqlite_adapter::test_counter_ceiling_is_exact_for_worker_commands"
 LEASE_FLOOR = '*(lease["updatedAtMs"] for lease in leases if lease is not None)'
 WITHOUT_DIGEST: tuple[Edit, ...] = (("AND step_run_digest = {m} AND status", "AND status"),
                                     ('mutation["expectedStepRunDigest"], ', ""))
@@ -224,6 +225,21 @@ MUTANTS: tuple[Mutant, ...] = (
     _contract("clock-floor-missing", "S-14: an observation time before the Run's last event is a clock "
               "regression", SEQ, "test_sqlite_adapter::test_clock_regression_fails_closed",
               code(f"{C}.loads", "Loads.clock_floor", ("if now < floor:", "if False:"))),
+    # Survivors of the Cosmic Ray run (docs/mutation-survivors.md), killed by the contract tests added for them
+    _contract("recovery-accepts-released-lease", "commands.md §4.14: recovery needs a `leased` lease", SEQ,
+              "test_sqlite_adapter::test_recovery_refuses_a_released_lease",
+              code(f"{C}.cmd_recovery", "run",
+                   ('if lease is None or lease["status"] != "leased":', "if lease is None:"))),
+    _contract("start-ceiling-counts-two-events", "commands.md §2.5: start_attempt appends one event; the ceiling "
+              "is checked for exactly that", SEQ, CEILING_TEST, code(f"{C}.cmd_worker", "start_attempt",
+                   ('tx.ceiling(run["version"] + 1)', 'tx.ceiling(run["version"] + 2)'))),
+    _contract("renew-ceiling-ignores-timeout-request", "commands.md §2.5: a renew that appends the timeout "
+              "request moves the Run counters past the ceiling check", SEQ, CEILING_TEST,
+              code(f"{C}.cmd_worker", "renew_lease", ('(run["version"] + 1,)', '(run["version"] + 0,)'))),
+    _contract("terminal-drift-needs-mutations", "frontier.md §6: a terminal Run must recompute to its stored "
+              "status", SEQ, "test_sqlite_adapter::test_a_terminal_run_that_recomputes_to_another_status_is_drift",
+              code(f"{C}.cmd_frontier", "run", ('if mutations or res["terminalStatus"] != run["status"]:',
+                                                'if mutations and res["terminalStatus"] != run["status"]:'))),
     # impl/commands/guards.py: each CAS predicate, raced by a second writer (both dialects share the text)
     _cas("step-run-cas-without-digest", "storage.md §5: the StepRun CAS compares the digest", "sqlite",
          "step_run.step_run_digest",
