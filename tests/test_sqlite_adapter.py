@@ -82,9 +82,10 @@ def test_impl_never_imports_the_whole_system_model() -> None:
     assert "qlwf.model.system" not in out and "qlwf.model.state" not in out
 
 
-def test_unknown_command_is_a_programming_error(port: SqliteAdapter) -> None:
+@pytest.mark.parametrize("name", ["drop_everything", "abort", "zap"])  # names before and after the page command
+def test_unknown_command_is_a_programming_error(port: SqliteAdapter, name: str) -> None:
     with pytest.raises(ValueError):
-        port.execute("drop_everything", {})
+        port.execute(name, {})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,6 +303,74 @@ def test_a_terminal_run_that_recomputes_to_another_status_is_drift(port: SqliteA
     raw_update(port, "UPDATE \"Runs\" SET status = 'failed', error_code = 'x'")
     err = error_of(port, "advance_frontier", {"runId": "run-1"}, now=T0 + 4)
     assert err["class"] == "Unavailable" and err["reason"] == "terminal_drift"
+
+
+@pytest.mark.parametrize("drift", [
+    'UPDATE "RunEvents" SET created_at_ms = created_at_ms + 1 WHERE sequence = 1',  # the admission event
+    'UPDATE "Runs" SET version = version + 1',  # counters that disagree (version != eventSequence)
+], ids=["admission-event", "run-counters"])
+def test_an_admission_replay_verifies_the_frozen_evidence(port: SqliteAdapter, drift: str) -> None:
+    """frontier.md §3.2: replaying an admission re-checks its events and the Run's counters."""
+    plan = admit(port)
+    raw_update(port, drift)
+    err = error_of(port, "admit_workflow", {"plan": plan}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "admission_drift"
+
+
+@pytest.mark.parametrize("command", ["record_running", "fail_start", "complete_attempt"])
+def test_worker_callbacks_refuse_a_run_that_is_no_longer_running(port: SqliteAdapter, command: str) -> None:
+    """commands.md §4.10–§4.12: a Run that is not running (here: drifted to failed under a starting
+    attempt) refuses the callback with run_state_mismatch, before any write."""
+    worker = _claimed(port)
+    port.execute("start_attempt", worker | {"timeoutMs": None}, now=T0 + 1)
+    raw_update(port, "UPDATE \"Runs\" SET status = 'failed', error_code = 'x', finished_at_ms = ?", (T0 + 1,))
+    args = worker | ({"exitCode": 0} if command == "complete_attempt" else {})
+    err = error_of(port, command, args, now=T0 + 2)
+    assert err["class"] == "Conflict" and err["reason"] == "run_state_mismatch"
+
+
+def test_a_deadline_beyond_the_timestamp_range_is_invalid(port: SqliteAdapter) -> None:
+    """Q-3: start_attempt whose now + timeoutMs exceeds 2^53 − 1 fails Invalid before any other check."""
+    from qlwf.model.values import SAFE_INT_MAX
+
+    worker = _claimed(port)
+    err = error_of(port, "start_attempt", worker | {"timeoutMs": 100}, now=SAFE_INT_MAX - 10)
+    assert err["class"] == "Invalid" and err["reason"] == "argument_invalid"
+
+
+def test_a_step_run_of_another_run_is_missing_under_this_run(port: SqliteAdapter) -> None:
+    """commands.md §2.4 LOAD-STEP: a StepRun belongs to the Run it is asked under, in either id order."""
+    admit(port, "run-1")
+    admit(port, "run-2")
+    for run_id, step_run_id in (("run-1", "run-2:a"), ("run-2", "run-1:a")):
+        err = error_of(port, "admit_task_attempt", {"runId": run_id, "stepRunId": step_run_id,
+                                                    "binding": plans.binding("a")}, now=T0 + 1)
+        assert err["class"] == "Conflict" and err["reason"] == "step_missing", (run_id, err)
+
+
+def test_a_running_run_with_an_error_code_is_run_drift(port: SqliteAdapter) -> None:
+    admit(port)
+    raw_update(port, "UPDATE \"Runs\" SET error_code = 'x'")
+    err = error_of(port, "advance_frontier", {"runId": "run-1"}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "run_drift"
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_lease_mirror_off_in_either_direction_is_lease_drift(port: SqliteAdapter, delta: int) -> None:
+    worker = _claimed(port)
+    raw_update(port, 'UPDATE "RunAttempts" SET lease_expires_at_ms = lease_expires_at_ms + ?', (delta,))
+    err = error_of(port, "renew_lease", worker | {"durationMs": 10_000}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "lease_drift"
+
+
+def test_a_command_name_read_from_json_is_validated_like_a_literal(port: SqliteAdapter) -> None:
+    """Names arrive from JSON (traces, the driver protocol): start_attempt's timeoutMs is checked for them too."""
+    import json
+
+    worker = _claimed(port)
+    name = json.loads('"start_attempt"')
+    err = error_of(port, name, worker | {"timeoutMs": 0}, now=T0 + 1)
+    assert err["class"] == "Invalid" and err["reason"] == "argument_invalid"
 
 
 # ------------------------------------------------------------------------------------------------
