@@ -476,6 +476,24 @@ def test_other_storage_errors_map_to_unavailable() -> None:
         assert all(records == [] for records in port.snapshot().values())  # the Run insert rolled back
 
 
+def test_a_real_non_constraint_error_maps_to_unavailable(tmp_path: Path) -> None:
+    """A genuine SQLite error with an extended code (here: a read-only database, SQLITE_READONLY) is not
+    a constraint: Unavailable storage_error, by the error's code as well as its class."""
+    from qlwf.impl.sqlite.failures import map_storage_error
+
+    path = tmp_path / "ro.sqlite3"
+    SqliteAdapter(path).close()
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        with pytest.raises(sqlite3.Error) as info:
+            conn.execute('DELETE FROM "Runs"')
+    finally:
+        conn.close()
+    assert getattr(info.value, "sqlite_errorcode", None) is not None
+    err = map_storage_error(Failures("admit_workflow"), info.value)
+    assert (err.error_class, err.reason) == ("Unavailable", "storage_error")
+
+
 # ------------------------------------------------------------------------------------------------
 # Mirror-only drift (storage.md §3): JSON that disagrees with its columns
 def test_step_run_json_disagreeing_with_its_columns_is_step_drift(port: SqliteAdapter) -> None:
