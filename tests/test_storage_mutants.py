@@ -27,7 +27,7 @@ from qlwf.conformance.mutants import Mutant, NotPlanted
 from qlwf.conformance.mutants import storage as S
 from qlwf.impl.port import CommandPort
 
-GENERATED = 24  # after the corpus; seeds from the conformance check's
+GENERATED = 40  # after the corpus (the cancellation-order mutants are caught in generated traces 25–40)
 SEED = 20261129
 # A test fails by an assertion, pytest.fail or any error; each named test passes without the mutant
 # (checked here for contract and refusal tests; tests/test_cas_guards.py for the CAS cases).
