@@ -68,7 +68,8 @@ def tables_md() -> str:
     return "\n".join(out) + "\n"
 
 
-TEST_FILES = ("tests/test_*.py", "tests/mutants.py")  # the test modules and the mutant catalogue test_mutants runs
+# the test modules and the mutant manifest that tests/test_mutants.py runs
+TEST_FILES = ("tests/test_*.py", "conformance/mutants/*.py")
 
 
 def tests_mentioning() -> dict[str, list[str]]:
@@ -117,7 +118,7 @@ def matrix_md() -> str:
            "Every invariant is also evaluated after every step by the stateful test (tests/test_stateful.py), on every "
            "state of the explorer (`qlwf explore`), and on the read-back state of every backend after every "
            "conformance step; the test columns list only the tests that target it by name (test modules and the "
-           "mutant catalogue tests/mutants.py, which tests/test_mutants.py runs).", "",
+           "mutant manifest conformance/mutants/, which tests/test_mutants.py runs).", "",
            "## ADR clauses", "",
            _row("clause", "decision", "invariants", "proof properties", "tests naming them"), _row(*["---"] * 5)]
     for c in table.clauses:

@@ -6,7 +6,8 @@ statement, a PostgreSQL storage statement, a schema constraint). It is planted i
 process, the check that owns the layer runs there with the quick budgets, and the self-test passes
 only if that check reports `failed` — not `unknown` (no evidence is no detection) and not `passed`.
 A fault that cannot be planted (its target text or attribute no longer exists) is a self-test
-failure too, so the catalogue cannot rot silently.
+failure too, so the catalogue cannot rot silently. The faults are entries of the mutant manifest
+(conformance/mutants, docs/decisions.md Q-28), one per layer, planted here through the owning gate check.
 """
 
 from __future__ import annotations
@@ -36,87 +37,43 @@ class Fault:
     plant: Callable[[], None]  # runs in the child process only
 
 
-def _model_rule() -> None:
-    from qlwf.model import frontier
+class _Assign:
+    """A patcher whose patches are never undone: the fault lives and dies with the forked child."""
 
-    original = frontier.step_decision
+    def setattr(self, target: Any, name: str, value: Any) -> None:
+        setattr(target, name, value)
 
-    def decide(step: Any, status_of: dict[str, str], doomed: dict[str, bool]) -> str:
-        relaxed = {k: "succeeded" if v == "running" else v for k, v in status_of.items()}
-        return original(step, relaxed, doomed)
-
-    frontier.step_decision = decide
+    def setitem(self, mapping: Any, name: Any, value: Any) -> None:
+        mapping[name] = value
 
 
-def _table_row() -> None:
-    from qlwf.model import tables as T
+def _manifest_fault(name: str, layer: str, check: str, mutant: str) -> Fault:
+    """A fault planted from the mutant manifest (conformance/mutants), which names the rule it breaks."""
+    from qlwf.conformance import mutants
 
-    if T.CANCEL_ATTEMPT_TABLE.get(("claimed", "leased")) != "blocked":
-        raise NotPlanted("CANCEL_ATTEMPT_TABLE[claimed, leased] is no longer 'blocked'")
-    T.CANCEL_ATTEMPT_TABLE[("claimed", "leased")] = "settle"
+    entry = next((m for m in mutants.MANIFEST if m.name == mutant), None)
 
+    def plant() -> None:
+        if entry is None or entry.plant is None:
+            raise NotPlanted(f"the mutant manifest has no plantable {mutant}")
+        try:
+            entry.plant(_Assign())
+        except mutants.NotPlanted as e:
+            raise NotPlanted(str(e)) from e
 
-def _proof_encoding() -> None:
-    from qlwf.proofs import mutants, runner
-
-    mutant = mutants.BY_NAME.get("recovery-refuses-intent")
-    if mutant is None:
-        raise NotPlanted("proofs.mutants has no recovery-refuses-intent disjunct")
-    original = runner.build
-
-    def build(options: runner.Options) -> Any:
-        enc, _sem, _ = original(options)
-        return enc, mutant.semantics(enc), None
-
-    runner.build = build
-
-
-def _sqlite_statement() -> None:
-    from qlwf.impl.sqlite import store
-
-    def active_attempts_of_run(self: Any, run_id: str) -> list[Any]:
-        # The status list of the active-attempt query loses 'running'.
-        return self._all(store.ATTEMPTS, "run_id = ? AND status IN ('claimed', 'starting')", (run_id,), "id")
-
-    if not hasattr(store.SqliteStore, "active_attempts_of_run"):
-        raise NotPlanted("SqliteStore.active_attempts_of_run no longer exists")
-    store.SqliteStore.active_attempts_of_run = active_attempts_of_run  # type: ignore[method-assign]
-
-
-def _postgres_statement() -> None:
-    from qlwf.impl.postgres import store
-
-    if getattr(store, "_ACTIVE", None) != "('claimed', 'starting', 'running')":
-        raise NotPlanted("impl/postgres/store.py _ACTIVE is no longer the active status list")
-    store._ACTIVE = "('claimed', 'starting')"
-
-
-def _schema_constraint() -> None:
-    from qlwf.impl.sqlite import migrations
-
-    right = 'ON "StepRuns" (run_id, step_key)'
-    wrong = 'ON "StepRuns" (step_key)'  # step keys unique across all workflows instead of per Run
-    first = migrations.MIGRATIONS[0]
-    text = first.load_sql()
-    if right not in text:
-        raise NotPlanted(f"the SQLite schema no longer has {right!r}")
-    planted = migrations.Migration(first.version, first.name, lambda: text.replace(right, wrong))
-    migrations.MIGRATIONS = (planted, *migrations.MIGRATIONS[1:])
+    return Fault(name, layer, check, entry.breaks if entry else f"(manifest entry {mutant} missing)", plant)
 
 
 FAULTS: tuple[Fault, ...] = (
-    Fault("ready-while-need-running", "model rule", "explorer",
-          "frontier.md §4.3: a step is readied only when every need succeeded", _model_rule),
-    Fault("settle-leased-claim", "decision table row", "explorer",
-          "cancellation.md §5 / D-7: a claimed attempt with a leased lease blocks", _table_row),
-    Fault("recovery-refuses-intent", "proof encoding", "proofs",
-          "D-2: recovery applies whether or not the Run has cancel intent", _proof_encoding),
-    Fault("sqlite-active-without-running", "SQLite storage statement", "conform-sqlite",
-          "storage.md: active attempts are claimed, starting and running", _sqlite_statement),
-    Fault("postgres-active-without-running", "PostgreSQL storage statement", "conform-postgres",
-          "storage.md: active attempts are claimed, starting and running", _postgres_statement),
-    Fault("step-key-unique-across-runs", "schema constraint", "conform-sqlite",
-          "storage.md §2: step keys are unique per Run, not across Runs", _schema_constraint),
+    _manifest_fault("ready-while-need-running", "model rule", "explorer", "ready_while_need_running"),
+    _manifest_fault("settle-leased-claim", "decision table row", "explorer", "convergence_settles_leased_claim"),
+    _manifest_fault("recovery-refuses-intent", "proof encoding", "proofs", "recovery-refuses-intent"),
+    _manifest_fault("sqlite-active-without-running", "SQLite storage statement", "conform-sqlite",
+                    "sqlite-active-without-running"),
+    _manifest_fault("postgres-active-without-running", "PostgreSQL storage statement", "conform-postgres",
+                    "pg-active-without-running"),
+    _manifest_fault("step-key-unique-across-runs", "schema constraint", "conform-sqlite",
+                    "sqlite-step-key-unique-across-runs"),
 )
 
 

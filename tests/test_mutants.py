@@ -1,4 +1,10 @@
-"""Every mutant of tests/mutants.py is reported by the explorer or by the stateful machine."""
+"""Every model mutant of the manifest is reported by its named check with behavioural evidence.
+
+The manifest (conformance/mutants) names, per mutant, the check that must catch it and the kind of
+evidence: an invariant (INV-n, LIVE-1) or a contract (a postcondition of tests/support/oracle.py, a
+write on a no-write outcome). Here the named check runs with the mutant planted, and the finding it
+reports must be of that kind; the manifest as a whole admits only behavioural kinds.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +12,28 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase
-from mutants import MUTANTS, Mutant
+from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
+from qlwf.conformance.mutants.manifest import problems
 from qlwf.model.explore import Config, dag_shapes, explore
 from support.oracle import transition_problems
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's
 # witness sits in a small, specific situation.
 SHAPES = (*dag_shapes(1), *(s for n in (3, 2) for s in reversed(dag_shapes(n))))
+# The explorer's finding kinds as manifest evidence kinds.
+EXPLORER_KINDS = {"invariant": "invariant", "LIVE-1": "invariant", "no-write": "contract", "postcondition": "contract"}
+MODEL = by_check("explorer", "stateful")
 
 
-def explorer_report(max_steps: int = 3) -> str | None:
+def explorer_report(max_steps: int = 3) -> tuple[str, str] | None:
     report = explore(Config(max_steps=max_steps, stop_on_violation=True, shapes=SHAPES), checker=transition_problems)
-    findings = report.findings
-    return f"explorer [{findings[0].shape}] {findings[0].kind}: {findings[0].message}" if findings else None
+    if not report.findings:
+        return None
+    f = report.findings[0]
+    return EXPLORER_KINDS[f.kind], f"explorer [{f.shape}] {f.kind}: {f.message}"
 
 
-def stateful_report() -> str | None:
+def stateful_report() -> tuple[str, str] | None:
     from test_stateful import WorkflowMachine, run_machine
 
     class Unrecorded(WorkflowMachine):
@@ -31,25 +43,47 @@ def stateful_report() -> str | None:
         run_machine(Unrecorded, max_examples=150, phases=[Phase.explicit, Phase.generate], derandomize=True,
                     database=None)
     except AssertionError as e:
-        return f"stateful: {str(e).splitlines()[0]}"
+        first = str(e).splitlines()[0]
+        return ("invariant" if "INV-" in first or "LIVE-1" in first else "contract"), f"stateful: {first}"
     return None
 
 
-def detect(mutant: Mutant) -> str | None:
-    checkers = [explorer_report, stateful_report]
-    if mutant.first == "stateful":
-        checkers.reverse()
-    for check in checkers:
-        found = check()
-        if found:
-            return found
-    return None
-
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_is_caught(mutant: Mutant, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mutant", MODEL, ids=[m.name for m in MODEL])
+def test_mutant_is_caught_by_its_check(mutant: Mutant, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
-    mutant.apply(monkeypatch)
-    found = detect(mutant)
-    assert found, f"mutant {mutant.name} ({mutant.breaks}) survived the explorer and the stateful machine"
-    print(f"{mutant.name}: {found[:300]}")
+    assert mutant.plant is not None
+    mutant.plant(monkeypatch)
+    found = explorer_report() if mutant.check == "explorer" else stateful_report()
+    assert found, f"mutant {mutant.name} ({mutant.breaks}) survived {mutant.check}"
+    kind, message = found
+    assert kind == mutant.kind, f"{mutant.name}: {mutant.check} found {kind} evidence, the manifest names " \
+                                f"{mutant.kind}: {message}"
+    print(f"{mutant.name}: {message[:300]}")
+
+
+def test_the_manifest_counts_only_behavioural_checks() -> None:
+    assert problems() == []
+    assert BEHAVIOURAL.isdisjoint(CHANGE_DETECTORS)
+    assert all(kinds <= BEHAVIOURAL for kinds in CHECKS.values())
+    assert {m.layer for m in MANIFEST} == set(LAYERS)  # every layer has mutants
+
+
+def test_a_change_detector_does_not_count() -> None:
+    pinned = Mutant("probe", "some rule", "model rule", "explorer", "pinned count")
+    wrong_kind = Mutant("probe2", "some rule", "schema", "schema-refusal:sqlite", "conformance")
+    found = problems((pinned, wrong_kind, Mutant("probe", "", "nowhere", "eyeballing", "invariant")))
+    assert found == ["probe: caught by 'pinned count', which is not a behavioural check",
+                     "probe: explorer cannot fail with 'pinned count' evidence",
+                     "probe2: schema-refusal:sqlite cannot fail with 'conformance' evidence",
+                     "probe: duplicate name", "probe: unknown layer 'nowhere'", "probe: unknown check 'eyeballing'",
+                     "probe: names no rule it breaks"]
+
+
+def test_every_check_of_the_manifest_has_a_runner() -> None:
+    """Each manifest check is run by one test module: model here, proofs in test_proofs.py, storage in
+    test_storage_mutants.py (which asserts its own share)."""
+    from qlwf.conformance.mutants import proof_layer, storage
+
+    assert {m.name for m in MANIFEST} == {m.name for m in (*MODEL, *proof_layer.MUTANTS, *storage.MUTANTS)}
+    assert {m.check for m in MODEL} <= {"explorer", "stateful"}
+    assert {m.check for m in proof_layer.MUTANTS} == {"proofs"}

@@ -10,11 +10,12 @@ from dataclasses import replace
 
 import pytest
 import z3
+from qlwf.conformance.mutants import Mutant, by_check
 from qlwf.model.cancellation import accumulate_page, page_bounds_problem
 from qlwf.proofs import crosscheck, pages, runner
 from qlwf.proofs.encoding import Sys
 from qlwf.proofs.invariants import INVARIANTS, NOT_ENCODED
-from qlwf.proofs.mutants import MUTANTS, RecoveryRefusesIntent
+from qlwf.proofs.mutants import RecoveryRefusesIntent
 from qlwf.proofs.results import PROVED, VIOLATED
 from qlwf.proofs.rules import Transition
 from qlwf.proofs.transitions import COMMANDS, Semantics
@@ -77,8 +78,13 @@ def test_crosscheck_rejects_a_relation_admitting_other_post_states() -> None:
     assert rep.mismatches and rep.mismatches[0].problem == "the relation admits another post-state as well"
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_is_refuted_with_a_readable_counterexample(mutant: runner.Mutant) -> None:
+PROOF_MUTANTS = by_check("proofs")  # the manifest's proof-layer entries (encodings and proof-side tables)
+
+
+@pytest.mark.parametrize("entry", PROOF_MUTANTS, ids=[m.name for m in PROOF_MUTANTS])
+def test_mutant_is_refuted_with_a_readable_counterexample(entry: Mutant) -> None:
+    assert entry.kind == "proof"
+    mutant: runner.Mutant = entry.subject
     ref = runner.refute(mutant, bound=BOUND, depth=7)
     assert ref.refuted, (mutant.name, [r.name for r in ref.violated], ref.trace is not None, ref.replayed)
     first = ref.violated[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase
-from mutants import MUTANTS, Mutant
+from qlwf.conformance.mutants import Mutant, by_name
 from qlwf.conformance.protocol_schema import document_problems
 from qlwf.conformance.trace import Trace, advance, command, load
 from qlwf.model.explore import Config, build_plan, dag_shapes, explore
@@ -18,7 +18,12 @@ from qlwf import cmd_explore
 
 
 def mutant(name: str) -> Mutant:
-    return next(m for m in MUTANTS if m.name == name)
+    return by_name(name)
+
+
+def plant(m: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert m.plant is not None
+    m.plant(monkeypatch)
 
 
 def happy_trace() -> Trace:
@@ -66,7 +71,7 @@ def test_model_replay_refuses_what_it_cannot_replay() -> None:
 
 def test_explorer_counterexample_replays_to_the_same_violation(monkeypatch: pytest.MonkeyPatch,
                                                                tmp_path: Path) -> None:
-    mutant("requeue_keeps_epoch").apply(monkeypatch)
+    plant(mutant("requeue_keeps_epoch"), monkeypatch)
     report = explore(Config(max_steps=1, shapes=tuple(dag_shapes(1)), stop_on_violation=True))
     (path,) = cmd_explore.write_counterexamples(report.findings[:1], tmp_path)
     replayed = replay_trace(load(path), out=lambda _: None)
@@ -85,7 +90,7 @@ def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: p
         coverage = None
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
-    mutant("frontier_terminal_with_ready_step").apply(monkeypatch)
+    plant(mutant("frontier_terminal_with_ready_step"), monkeypatch)
     with pytest.raises(AssertionError, match="INV-28") as failure:
         run_machine(Unrecorded, max_examples=20, phases=[Phase.generate, Phase.shrink], derandomize=True,
                     database=None)

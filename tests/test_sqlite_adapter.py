@@ -82,9 +82,10 @@ def test_impl_never_imports_the_whole_system_model() -> None:
     assert "qlwf.model.system" not in out and "qlwf.model.state" not in out
 
 
-def test_unknown_command_is_a_programming_error(port: SqliteAdapter) -> None:
+@pytest.mark.parametrize("name", ["drop_everything", "abort", "zap"])  # names before and after the page command
+def test_unknown_command_is_a_programming_error(port: SqliteAdapter, name: str) -> None:
     with pytest.raises(ValueError):
-        port.execute("drop_everything", {})
+        port.execute(name, {})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,6 +233,146 @@ def test_clock_regression_fails_closed(port: SqliteAdapter) -> None:
     assert port.snapshot() == before
 
 
+def _claimed(port: SqliteAdapter) -> dict[str, Any]:
+    """run-1:a admitted and claimed by w1 at T0 (lease of 10 s); the worker arguments."""
+    admit(port)
+    return _claimed_step(port, "run-1:a")
+
+
+def _claimed_step(port: SqliteAdapter, step_run_id: str) -> dict[str, Any]:
+    out = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": step_run_id,
+                                              "binding": plans.binding(step_run_id.split(":")[1])}, now=T0)
+    attempt_id = out["attempt"]["id"]
+    port.execute("claim_lease", {"attemptId": attempt_id, "workerId": "w1", "durationMs": 10_000}, now=T0)
+    return {"attemptId": attempt_id, "workerId": "w1", "leaseGeneration": 1}
+
+
+def test_clock_regression_below_a_lease_update_fails_closed(port: SqliteAdapter) -> None:
+    """S-14: the floor is the later of the Run's last event and its leases' updatedAtMs; a renew writes
+    no event, so only the lease remembers T0 + 100."""
+    worker = _claimed(port)
+    port.execute("renew_lease", worker | {"durationMs": 10_000}, now=T0 + 100)
+    before = port.snapshot()
+    err = error_of(port, "start_attempt", worker | {"timeoutMs": None}, now=T0 + 50)
+    assert err["class"] == "Invalid" and err["reason"] == "clock_regression"
+    assert port.snapshot() == before
+
+
+def test_recovery_candidates_list_only_leased_leases(port: SqliteAdapter) -> None:
+    """task-attempts.md §9: an active attempt whose lease was released is no recovery candidate,
+    however long ago; the same attempt re-claimed and expired is one."""
+    worker = _claimed(port)
+    port.execute("release_lease", worker | {"reason": "declined"}, now=T0 + 1)
+    page = {"limit": 10}
+    assert port.execute("recovery_candidates", page, now=T0 + 60_000)["candidates"] == []
+    port.execute("claim_lease", {"attemptId": worker["attemptId"], "workerId": "w2", "durationMs": 10_000},
+                 now=T0 + 60_000)
+    (candidate,) = port.execute("recovery_candidates", page, now=T0 + 70_000)["candidates"]
+    assert candidate["attemptId"] == worker["attemptId"] and candidate["leaseExpiresAtMs"] == T0 + 70_000
+
+
+def test_recovery_refuses_a_released_lease(port: SqliteAdapter) -> None:
+    """commands.md §4.14: recovery needs a `leased` lease; a released one long past its expiry is not."""
+    worker = _claimed(port)
+    port.execute("release_lease", worker | {"reason": "declined"}, now=T0 + 1)
+    before = port.snapshot()
+    err = error_of(port, "recover_attempt", {"attemptId": worker["attemptId"], "evidence": "not_running"},
+                   now=T0 + 60_000)
+    assert err["class"] == "Conflict" and err["reason"] == "not_leased"
+    assert port.snapshot() == before
+
+
+def test_counter_ceiling_is_exact_for_worker_commands(port: SqliteAdapter) -> None:
+    """commands.md §2.5: start_attempt appends one event, so it may bring the Run to 2147483647 exactly;
+    a renew past the deadline would append the timeout request beyond it."""
+    worker = _claimed(port)
+    raw_update(port, 'UPDATE "Runs" SET version = 2147483646, event_sequence = 2147483646')
+    assert port.execute("start_attempt", worker | {"timeoutMs": 1000}, now=T0 + 1)["status"] == "starting"
+    err = error_of(port, "renew_lease", worker | {"durationMs": 10_000}, now=T0 + 5000)
+    assert err == {"class": "Unavailable", "code": T.FAMILIES[T.COMMAND_FAMILY["renew_lease"]].unavailable,
+                   "reason": "counter_overflow"}
+
+
+def test_a_terminal_run_that_recomputes_to_another_status_is_drift(port: SqliteAdapter) -> None:
+    """frontier.md §6: a terminal Run is re-checked; one stored `failed` whose steps all succeeded is drift."""
+    admit(port, needs={"a": []})
+    worker = _claimed_step(port, "run-1:a")
+    port.execute("start_attempt", worker | {"timeoutMs": None}, now=T0 + 1)
+    port.execute("complete_attempt", worker | {"exitCode": 0}, now=T0 + 2)
+    assert port.execute("advance_frontier", {"runId": "run-1"}, now=T0 + 3)["terminalStatus"] == "succeeded"
+    raw_update(port, "UPDATE \"Runs\" SET status = 'failed', error_code = 'x'")
+    err = error_of(port, "advance_frontier", {"runId": "run-1"}, now=T0 + 4)
+    assert err["class"] == "Unavailable" and err["reason"] == "terminal_drift"
+
+
+@pytest.mark.parametrize("drift", [
+    'UPDATE "RunEvents" SET created_at_ms = created_at_ms + 1 WHERE sequence = 1',  # the admission event
+    'UPDATE "Runs" SET version = version + 1',  # counters that disagree (version != eventSequence)
+], ids=["admission-event", "run-counters"])
+def test_an_admission_replay_verifies_the_frozen_evidence(port: SqliteAdapter, drift: str) -> None:
+    """frontier.md §3.2: replaying an admission re-checks its events and the Run's counters."""
+    plan = admit(port)
+    raw_update(port, drift)
+    err = error_of(port, "admit_workflow", {"plan": plan}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "admission_drift"
+
+
+@pytest.mark.parametrize("command", ["record_running", "fail_start", "complete_attempt"])
+def test_worker_callbacks_refuse_a_run_that_is_no_longer_running(port: SqliteAdapter, command: str) -> None:
+    """commands.md §4.10–§4.12: a Run that is not running (here: drifted to failed under a starting
+    attempt) refuses the callback with run_state_mismatch, before any write."""
+    worker = _claimed(port)
+    port.execute("start_attempt", worker | {"timeoutMs": None}, now=T0 + 1)
+    raw_update(port, "UPDATE \"Runs\" SET status = 'failed', error_code = 'x', finished_at_ms = ?", (T0 + 1,))
+    args = worker | ({"exitCode": 0} if command == "complete_attempt" else {})
+    err = error_of(port, command, args, now=T0 + 2)
+    assert err["class"] == "Conflict" and err["reason"] == "run_state_mismatch"
+
+
+def test_a_deadline_beyond_the_timestamp_range_is_invalid(port: SqliteAdapter) -> None:
+    """Q-3: start_attempt whose now + timeoutMs exceeds 2^53 − 1 fails Invalid before any other check."""
+    from qlwf.model.values import SAFE_INT_MAX
+
+    worker = _claimed(port)
+    err = error_of(port, "start_attempt", worker | {"timeoutMs": 100}, now=SAFE_INT_MAX - 10)
+    assert err["class"] == "Invalid" and err["reason"] == "argument_invalid"
+
+
+def test_a_step_run_of_another_run_is_missing_under_this_run(port: SqliteAdapter) -> None:
+    """commands.md §2.4 LOAD-STEP: a StepRun belongs to the Run it is asked under, in either id order."""
+    admit(port, "run-1")
+    admit(port, "run-2")
+    for run_id, step_run_id in (("run-1", "run-2:a"), ("run-2", "run-1:a")):
+        err = error_of(port, "admit_task_attempt", {"runId": run_id, "stepRunId": step_run_id,
+                                                    "binding": plans.binding("a")}, now=T0 + 1)
+        assert err["class"] == "Conflict" and err["reason"] == "step_missing", (run_id, err)
+
+
+def test_a_running_run_with_an_error_code_is_run_drift(port: SqliteAdapter) -> None:
+    admit(port)
+    raw_update(port, "UPDATE \"Runs\" SET error_code = 'x'")
+    err = error_of(port, "advance_frontier", {"runId": "run-1"}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "run_drift"
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_lease_mirror_off_in_either_direction_is_lease_drift(port: SqliteAdapter, delta: int) -> None:
+    worker = _claimed(port)
+    raw_update(port, 'UPDATE "RunAttempts" SET lease_expires_at_ms = lease_expires_at_ms + ?', (delta,))
+    err = error_of(port, "renew_lease", worker | {"durationMs": 10_000}, now=T0 + 1)
+    assert err["class"] == "Unavailable" and err["reason"] == "lease_drift"
+
+
+def test_a_command_name_read_from_json_is_validated_like_a_literal(port: SqliteAdapter) -> None:
+    """Names arrive from JSON (traces, the driver protocol): start_attempt's timeoutMs is checked for them too."""
+    import json
+
+    worker = _claimed(port)
+    name = json.loads('"start_attempt"')
+    err = error_of(port, name, worker | {"timeoutMs": 0}, now=T0 + 1)
+    assert err["class"] == "Invalid" and err["reason"] == "argument_invalid"
+
+
 # ------------------------------------------------------------------------------------------------
 # Compare-and-set under a concurrent writer (storage.md §5)
 def _concurrent_digest_change(conn: sqlite3.Connection, step_run_id: str) -> None:
@@ -333,6 +474,24 @@ def test_other_storage_errors_map_to_unavailable() -> None:
         assert err == {"class": "Unavailable", "code": "PLUGIN_PACKAGE_WORKFLOW_ADMISSION_UNAVAILABLE",
                        "reason": "storage_error"}
         assert all(records == [] for records in port.snapshot().values())  # the Run insert rolled back
+
+
+def test_a_real_non_constraint_error_maps_to_unavailable(tmp_path: Path) -> None:
+    """A genuine SQLite error with an extended code (here: a read-only database, SQLITE_READONLY) is not
+    a constraint: Unavailable storage_error, by the error's code as well as its class."""
+    from qlwf.impl.sqlite.failures import map_storage_error
+
+    path = tmp_path / "ro.sqlite3"
+    SqliteAdapter(path).close()
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        with pytest.raises(sqlite3.Error) as info:
+            conn.execute('DELETE FROM "Runs"')
+    finally:
+        conn.close()
+    assert getattr(info.value, "sqlite_errorcode", None) is not None
+    err = map_storage_error(Failures("admit_workflow"), info.value)
+    assert (err.error_class, err.reason) == ("Unavailable", "storage_error")
 
 
 # ------------------------------------------------------------------------------------------------

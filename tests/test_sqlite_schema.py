@@ -779,6 +779,18 @@ def test_iter_statements_keeps_trigger_bodies_whole() -> None:
     assert statements[1].startswith("CREATE TRIGGER") and statements[1].endswith("END;")
     with pytest.raises(ValueError, match="incomplete"):
         list(iter_statements("CREATE TABLE t (x INTEGER); CREATE TABLE u (y"))
+    assert list(iter_statements("SELECT 1; /* never closed")) == ["SELECT 1;"]  # a trailing comment is blank
+    with pytest.raises(ValueError, match="incomplete"):  # text right after a block comment is not
+        list(iter_statements("SELECT 1; /* c */x"))
+
+
+def test_apply_migrations_counts_what_it_applied() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        assert apply_migrations(conn) == len(MIGRATIONS)
+        assert apply_migrations(conn) == 0
+    finally:
+        conn.close()
 
 
 # --------------------------------------------------------------------------------------------------

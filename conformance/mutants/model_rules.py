@@ -1,36 +1,27 @@
-"""A catalogue of deliberately wrong model variants (mutants), applied by monkeypatching.
+"""Model mutants: deliberately wrong model rules and decision-table rows, applied by monkeypatching.
 
-Each mutant breaks one rule of the spec the way a plausible implementation bug would. The mutant test
-(tests/test_mutants.py) applies each one and requires the verification machinery to report it: the
-explorer (an invariant, LIVE-1, or a write on a no-write outcome) or the stateful machine (an
-invariant, a postcondition of tests/support/oracle.py, or the LIVE-1 drain at teardown).
+Each mutant breaks one rule of the spec the way a plausible implementation bug would. tests/test_mutants.py
+plants each one and requires its named check to report it: the explorer (an invariant, LIVE-1, a write
+on a no-write outcome, a postcondition of tests/support/oracle.py) or the stateful machine (an
+invariant, a postcondition, or the LIVE-1 drain at teardown).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import pytest
 from qlwf.model import frontier, system
 from qlwf.model import tables as T
 from qlwf.model.records import ATTEMPT_KEYS, RUN_KEYS, Record, canonical
 from qlwf.model.state import State, Tx
 
-Patch = Callable[[pytest.MonkeyPatch], None]
+from .base import Mutant, Patcher
+
 TERMINAL_EVENTS = frozenset(f"workflow.{s}" for s in T.TERMINAL_RUN)
 
 
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    breaks: str  # the spec rule the mutant violates
-    apply: Patch
-    first: str  # "explorer" or "stateful": the checker tried first (the other one is the fallback)
-
-
-def _ready_while_need_running(mp: pytest.MonkeyPatch) -> None:
+def _ready_while_need_running(mp: Patcher) -> None:
     original = frontier.step_decision
 
     def decide(step: Record, status_of: dict[str, str], doomed: dict[str, bool]) -> str:
@@ -40,15 +31,15 @@ def _ready_while_need_running(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(frontier, "step_decision", decide)
 
 
-def _settle_leased_claim(mp: pytest.MonkeyPatch) -> None:
+def _settle_leased_claim(mp: Patcher) -> None:
     mp.setitem(T.CANCEL_ATTEMPT_TABLE, ("claimed", "leased"), "settle")
 
 
-def _block_released_claim(mp: pytest.MonkeyPatch) -> None:
+def _block_released_claim(mp: Patcher) -> None:
     mp.setitem(T.CANCEL_ATTEMPT_TABLE, ("claimed", "released"), "blocked")
 
 
-def _recovery_refuses_intent(mp: pytest.MonkeyPatch) -> None:
+def _recovery_refuses_intent(mp: Patcher) -> None:
     original = system.COMMANDS["recover_attempt"]
 
     def recover(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
@@ -76,11 +67,11 @@ class _TerminalFirstTx(Tx):
         return super().commit()
 
 
-def _terminal_event_first(mp: pytest.MonkeyPatch) -> None:
+def _terminal_event_first(mp: Patcher) -> None:
     mp.setattr(system, "Tx", _TerminalFirstTx)
 
 
-def _skip_one_level(mp: pytest.MonkeyPatch) -> None:
+def _skip_one_level(mp: Patcher) -> None:
     def direct_only(plan: Record, status_of: dict[str, str]) -> dict[str, bool]:
         needs = {s["stepKey"]: s["needs"] for s in plan["steps"]}
         return {k: st in T.BLOCKING_STEP or (st == "pending" and any(status_of[d] in T.BLOCKING_STEP for d in needs[k]))
@@ -89,7 +80,7 @@ def _skip_one_level(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(frontier, "cannot_succeed", direct_only)
 
 
-def _claim_ignores_intent(mp: pytest.MonkeyPatch) -> None:
+def _claim_ignores_intent(mp: Patcher) -> None:
     original = system.COMMANDS["claim_lease"]
 
     def claim(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
@@ -108,11 +99,11 @@ def _claim_ignores_intent(mp: pytest.MonkeyPatch) -> None:
     mp.setitem(system.COMMANDS, "claim_lease", claim)
 
 
-def _completion_ignores_intent(mp: pytest.MonkeyPatch) -> None:
+def _completion_ignores_intent(mp: Patcher) -> None:
     mp.setattr(T, "COMPLETION_RULES", tuple(r for r in T.COMPLETION_RULES if r.intent is not True))
 
 
-def _requeue_keeps_epoch(mp: pytest.MonkeyPatch) -> None:
+def _requeue_keeps_epoch(mp: Patcher) -> None:
     original = system.build_task_recovery
 
     def recover(inp: Any) -> Record:
@@ -125,11 +116,11 @@ def _requeue_keeps_epoch(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(system, "build_task_recovery", recover)
 
 
-def _timeout_request_repeated(mp: pytest.MonkeyPatch) -> None:
+def _timeout_request_repeated(mp: Patcher) -> None:
     mp.setattr(system, "_timeout_requested", lambda state, attempt: False)
 
 
-def _start_sets_started_at(mp: pytest.MonkeyPatch) -> None:
+def _start_sets_started_at(mp: Patcher) -> None:
     original = system.COMMANDS["start_attempt"]
 
     def start(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
@@ -142,7 +133,7 @@ def _start_sets_started_at(mp: pytest.MonkeyPatch) -> None:
     mp.setitem(system.COMMANDS, "start_attempt", start)
 
 
-def _frontier_lists_cancelling_runs(mp: pytest.MonkeyPatch) -> None:
+def _frontier_lists_cancelling_runs(mp: Patcher) -> None:
     original = system.is_frontier_candidate
 
     def candidate(run: Record, plan: Record, status_by_key: dict[str, str]) -> bool:
@@ -161,35 +152,41 @@ class _FrontierTables:
         return getattr(T, name)
 
 
-def _frontier_terminal_with_ready_step(mp: pytest.MonkeyPatch) -> None:
+def _frontier_terminal_with_ready_step(mp: Patcher) -> None:
     mp.setattr(frontier, "T", _FrontierTables())
 
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("ready_while_need_running", "frontier.md §4 / INV-16: pending → ready only when every need succeeded",
-           _ready_while_need_running, "explorer"),
+           "model rule", "explorer", "invariant", _ready_while_need_running),
     Mutant("convergence_settles_leased_claim", "D-7 / INV-23: a claim with a `leased` lease blocks convergence",
-           _settle_leased_claim, "explorer"),
+           "decision table", "explorer", "contract", _settle_leased_claim),
     Mutant("convergence_blocks_released_claim", "cancellation.md §5: a claim whose lease was released is settled",
-           _block_released_claim, "explorer"),
+           "decision table", "explorer", "invariant", _block_released_claim),
     Mutant("recovery_refuses_intent", "D-2: recovery applies whether or not the Run has cancel intent",
-           _recovery_refuses_intent, "explorer"),
+           "model rule", "explorer", "invariant", _recovery_refuses_intent),
     Mutant("terminal_event_before_step_event", "INV-12: the parent terminal event is the last event",
-           _terminal_event_first, "explorer"),
+           "model rule", "explorer", "invariant", _terminal_event_first),
     Mutant("skip_one_level_per_pass", "frontier.md §4.3 / LIVE-1.2: one pass skips every pending step of a "
-           "blocking chain", _skip_one_level, "explorer"),
-    Mutant("claim_ignores_intent", "D-3 / INV-15: no lease claim after cancel intent", _claim_ignores_intent,
-           "explorer"),
+           "blocking chain",
+           "model rule", "explorer", "invariant", _skip_one_level),
+    Mutant("claim_ignores_intent", "D-3 / INV-15: no lease claim after cancel intent",
+           "model rule", "explorer", "contract", _claim_ignores_intent),
     Mutant("completion_ignores_intent", "D-3 / task-attempts.md §7: a completion under intent maps to cancelled or "
-           "timed_out whatever the exit code", _completion_ignores_intent, "explorer"),
+           "timed_out whatever the exit code",
+           "decision table", "explorer", "contract", _completion_ignores_intent),
     Mutant("requeue_keeps_epoch", "task-attempts.md §8 / INV-21: an unstarted requeue moves the StepRun to a new "
-           "ready epoch", _requeue_keeps_epoch, "explorer"),
+           "ready epoch",
+           "model rule", "explorer", "contract", _requeue_keeps_epoch),
     Mutant("timeout_request_repeated", "S-5 / INV-31: at most one task timeout request per attempt",
-           _timeout_request_repeated, "explorer"),
+           "model rule", "explorer", "contract", _timeout_request_repeated),
     Mutant("start_sets_started_at", "state-machines.md §7 / INV-21: a starting attempt has not crossed the start "
-           "barrier (no startedAtMs)", _start_sets_started_at, "explorer"),
+           "barrier (no startedAtMs)",
+           "model rule", "explorer", "invariant", _start_sets_started_at),
     Mutant("frontier_lists_cancelling_runs", "frontier.md §5 / INV-28: a Run with cancel intent is no frontier "
-           "candidate", _frontier_lists_cancelling_runs, "explorer"),
+           "candidate",
+           "model rule", "explorer", "invariant", _frontier_lists_cancelling_runs),
     Mutant("frontier_terminal_with_ready_step", "state-machines.md §1 AGG: a Run is terminal only when every StepRun "
-           "is terminal", _frontier_terminal_with_ready_step, "explorer"),
+           "is terminal",
+           "model rule", "explorer", "invariant", _frontier_terminal_with_ready_step),
 )
