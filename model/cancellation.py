@@ -31,15 +31,6 @@ RULE_STEP_BLOCKED_RUNNING = "cancel.step.blocked: running (never write a false t
 RULE_STEP_MUTATE = "cancel.step.mutate: not executing, moved to the reason's target"
 
 
-def cancel_step_witness(rule: str, status: str, reason_kind: str) -> str:
-    """Coverage witness id of the StepRun decision-table row that `rule` names."""
-    return {
-        RULE_STEP_SKIP: "cancel.step:terminal",
-        RULE_STEP_BLOCKED_ATTEMPT: "cancel.step:blocked_attempt",
-        RULE_STEP_BLOCKED_RUNNING: "cancel.step:running",
-    }.get(rule, f"cancel.step:mutate.{status}/{reason_kind}")
-
-
 def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]) -> Record:
     """cancellation.md §3 item 8 for one active entry; its attempt is a ql3 snapshot (records.md §6.7)."""
     fail = CANCEL_FAIL
