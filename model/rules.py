@@ -52,8 +52,6 @@ _LEASED = ("INV-24 and state-machines.md §7: a starting or running attempt alwa
 _RUNNING_STEP = ("state-machines.md §7 (s running ⇒ exactly one running attempt, which is blocked) and "
                  "cancellation.md §5: a running StepRun is always in the blocked set through its attempt before "
                  "the table is read")
-_COMPLETED_LEASE = ("state-machines.md §5: a lease is completed only by fail_start/complete_attempt, which end the "
-                    "attempt in the same transaction, so a claimed attempt never has a completed lease")
 
 UNREACHABLE: Final[dict[str, str]] = {
     "step:converge.waiting_cancelled": _NO_WAITING,
@@ -62,13 +60,12 @@ UNREACHABLE: Final[dict[str, str]] = {
     "run:frontier.cancelled": ("D-3, D-5 and task-attempts.md §7: a StepRun becomes cancelled only under cancel intent "
                                "(completion/start-failure mapping or convergence), and a Run with intent is never "
                                "terminalized by the frontier, so AGG never yields cancelled for advance_frontier"),
-    "cancel.attempt:claimed/completed": "cancellation.md §5 ('not reachable in v1'); " + _COMPLETED_LEASE,
+    "cancel.attempt:claimed/completed": ("cancellation.md §5 ('not reachable in v1'): a lease is completed only by "
+                                         "fail_start/complete_attempt, which end the attempt"),
     **{f"cancel.attempt:{a}/{ls}": _LEASED for a in ("starting", "running") for ls in (None, "released", "completed")},
     **{f"cancel.step:waiting_approval/{k}": _NO_WAITING for k in ("other", "timeout")},
     **{f"cancel.step:lost/{k}": _NO_LOST for k in ("other", "timeout")},
     **{f"cancel.step:running/{k}": _RUNNING_STEP for k in ("other", "timeout")},
-    "decision:claim.not_eligible.lease_completed": ("task-attempts.md §5 (claim checks the attempt status first); "
-                                                    + _COMPLETED_LEASE),
 }
 
 

@@ -534,7 +534,7 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     a, run, lease = la.attempt, la.loaded.run, la.lease
 
     def answer(status: str, reason: str | None = None) -> tuple[Record, State]:
-        ctx.fire(T.decision(f"claim.{status}.{reason}" if reason else f"claim.{status}").id)
+        ctx.fire(T.decision(f"claim.{status}").id)
         return {"status": status, "reason": reason, "lease": lease}, state
 
     if a["status"] != "claimed":

@@ -314,10 +314,12 @@ CANCEL_ATTEMPT_TABLE: Final = {
 
 
 def cancel_step_id(status: str, timeout: bool) -> str:
-    """Stable rule id of the CANCEL_STEP_TABLE row for (StepRun status, reason is timeout)."""
+    """Stable rule id of the CANCEL_STEP_TABLE row for (StepRun status, reason is timeout): the cells of
+    cancellation.md §4's table, whose one `terminal` row stands for every terminal status."""
     if (status, timeout) not in CANCEL_STEP_TABLE:
         raise UnknownRule(f"CANCEL_STEP_TABLE has no row ({status}, {timeout})")
-    return f"cancel.step:{status}/{'timeout' if timeout else 'other'}"
+    row = "terminal" if status in TERMINAL_STEP else status
+    return f"cancel.step:{row}/{'timeout' if timeout else 'other'}"
 
 
 def cancel_attempt_id(status: str, lease_status: str | None) -> str:
@@ -571,21 +573,14 @@ class CommandDecision(NamedTuple):
         return f"decision:{self.rule}"
 
 
-_CLAIM_NOT_ELIGIBLE: Final = (
-    ("attempt_state_mismatch", "attempt is not claimed"),
-    ("run_state_mismatch", "Run is not running"),
-    ("cancellation_requested", "the Run has cancel intent"),
-    ("stale_execution_authority", "the StepRun left the admitted epoch"),
-    ("lease_completed", "the lease is completed"),
-)
-
 COMMAND_DECISIONS: Final = (
     CommandDecision("admit.replay", ("admit_workflow",), "existing", "same plan already admitted"),
     CommandDecision("frontier.settled", ("advance_frontier",), "settled", "terminal Run recomputes to its status"),
     CommandDecision("frontier.unchanged", ("advance_frontier",), "unchanged", "no StepRun to move, Run not terminal"),
     CommandDecision("task_admission.replay", ("admit_task_attempt",), "existing", "the epoch already has its attempt"),
-    *(CommandDecision(f"claim.not_eligible.{reason}", ("claim_lease",), "not_eligible", guard)
-      for reason, guard in _CLAIM_NOT_ELIGIBLE),
+    CommandDecision("claim.not_eligible", ("claim_lease",), "not_eligible",
+                    "attempt not claimed, Run not running or cancelling, epoch left, or lease completed "
+                    "(the first that holds is the answer's reason)"),
     CommandDecision("claim.idempotent", ("claim_lease",), "idempotent", "live lease held by the same worker"),
     CommandDecision("claim.leased", ("claim_lease",), "leased", "live lease held by another worker"),
     CommandDecision("renew.stop.intent", ("renew_lease",), "stop_requested", "the Run has cancel intent"),
