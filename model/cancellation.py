@@ -176,7 +176,8 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
             explain[s["id"]] = RULE_STEP_MUTATE
         d = ids.cancellation_hash(run["id"], requested, "step", s["id"], s["version"])
         command: Record = {"expectedVersion": s["version"], "expectedDigest": s["stepRunDigest"],
-                           "mutationId": f"wcm:{d}", "to": step_decision.target, "atMs": observed,
+                           "mutationId": ids.CONVERGE_MUTATION_PREFIX + d, "to": step_decision.target,
+                           "atMs": observed,
                            "resultCode": step_decision.result_code}
         if step_decision.error_summary is not None:
             command["errorSummary"] = step_decision.error_summary

@@ -102,6 +102,8 @@ BLOCKING_STEP: Final = frozenset({"failed", "skipped", "cancelled", "timed_out"}
 OPEN_STEP: Final = frozenset({"pending", "ready", "waiting_approval", "running", "lost"})
 ACTIVE_ATTEMPT: Final = frozenset({"claimed", "starting", "running"})
 TERMINAL_ATTEMPT: Final = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+# ACTIVE_ATTEMPT in the order of ATTEMPT_STATUSES, for storage queries that list it (SQL IN-lists).
+ACTIVE_ATTEMPT_STATUSES: Final = tuple(s for s in ATTEMPT_STATUSES if s in ACTIVE_ATTEMPT)
 
 # --- records.md §2.5 fixed codes and texts -------------------------------------------------------
 CODE_TEXTS: Final = {
