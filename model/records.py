@@ -325,14 +325,7 @@ def _step_fields_ok(x: Record) -> bool:
     )
 
 
-_STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
-    "pending": (False, False, False),
-    "ready": (True, False, False),
-    "waiting_approval": (True, False, False),
-    "running": (True, True, False),
-    "lost": (True, True, False),
-    **{s: (None, None, True) for s in T.TERMINAL_STEP},
-}
+_STEP_TIMESTAMP_SHAPE = T.STEP_TIMESTAMP_SHAPE
 
 
 def _step_body_bytes(step_run: Record) -> bytes:

@@ -193,6 +193,43 @@ _STEP_GRAPH: Final = {
     "timed_out": frozenset(),
 }
 
+# records.md §6.3: status -> (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free.
+STEP_TIMESTAMP_SHAPE: Final = {
+    "pending": (False, False, False),
+    "ready": (True, False, False),
+    "waiting_approval": (True, False, False),
+    "running": (True, True, False),
+    "lost": (True, True, False),
+    **{s: (None, None, True) for s in TERMINAL_STEP},
+}
+
+
+class FieldEffect(NamedTuple):
+    """One effect of §3.2's field-effects table: how a transition to a target sets `field`.
+
+    effect: "at" (= atMs), "null", "kept_or_at" (current value if set, else atMs), "increment",
+    "supplied" (the command's value, required by check 7), "supplied_or_null", "supplied_if_given"
+    (the command's value if it has one, else the field carries over)."""
+
+    field: str
+    effect: str
+
+
+# Fields every transition nulls unless the target's row sets them (§3.2 "every target").
+STEP_FIELDS_RESET: Final = ("outputRef", "resultCode", "errorSummary")
+_TERMINAL_EFFECTS: Final = (FieldEffect("finishedAtMs", "at"), FieldEffect("outputRef", "supplied_or_null"),
+                            FieldEffect("resultCode", "supplied_or_null"),
+                            FieldEffect("errorSummary", "supplied_or_null"))
+STEP_FIELD_EFFECTS: Final = {
+    "ready": (FieldEffect("readyAtMs", "kept_or_at"), FieldEffect("startedAtMs", "null"),
+              FieldEffect("finishedAtMs", "null"), FieldEffect("approvalRequestId", "null")),
+    "waiting_approval": (FieldEffect("approvalRequestId", "supplied"),),
+    "running": (FieldEffect("startedAtMs", "at"), FieldEffect("finishedAtMs", "null"),
+                FieldEffect("attemptCount", "increment"), FieldEffect("approvalRequestId", "supplied_if_given")),
+    "lost": (FieldEffect("resultCode", "supplied"), FieldEffect("errorSummary", "supplied_or_null")),
+    **{s: _TERMINAL_EFFECTS for s in sorted(TERMINAL_STEP)},
+}
+
 # Shape rules of transition check 7 as data: which optional keys each target requires / allows.
 STEP_RESULT_CODE_REQUIRED: Final = frozenset({"failed", "skipped", "cancelled", "timed_out", "lost"})
 STEP_ERROR_SUMMARY_ALLOWED: Final = frozenset({"failed", "timed_out", "lost"})
