@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_prove",
     "qlwf.cmd_explore",
     "qlwf.cmd_audit",
+    "qlwf.cmd_regenerate",
 )
 
 
