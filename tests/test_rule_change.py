@@ -55,13 +55,14 @@ def copy_repository(dest: Path) -> tuple[Path, dict[str, str]]:
 
 
 def qlwf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    # cwd: `-m` puts it first on sys.path, so it must not hold a qlwf/ (the checkout's would win).
     return subprocess.run([sys.executable, "-m", "qlwf.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+                          cwd=env["PYTHONPATH"], timeout=300, check=False)
 
 
 def probe(root: Path, env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, str(PROBE), str(root)], capture_output=True, text=True, env=env,
-                         timeout=600, check=False)
+                         cwd=env["PYTHONPATH"], timeout=600, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     result: dict[str, Any] = json.loads(out.stdout)
     assert result["tables"].startswith(str(root.parent)), "the probe must import the copy's model"
@@ -124,9 +125,10 @@ def test_pending_timeout_is_one_row_and_regenerate(tmp_path: Path) -> None:
     at_step = [(p, a, b) for p, a, b in diffs if p[1] == first]
     assert [(a, b) for p, a, b in at_step if p[2] == "rules"] == [
         ("step:converge.pending_cancelled", "step:converge.pending_timed_out")]
-    pending_id = next(c["record"]["stepRun"]["id"] for c in new["steps"][first]["state"]["changes"]
-                      if c["record"].get("stepRun", {}).get("status") == "timed_out"
-                      and c["record"].get("previousStatus") == "pending")
+    (pending_id,) = [n["record"]["id"] for o, n in zip(old["steps"][first]["state"]["changes"],
+                                                       new["steps"][first]["state"]["changes"], strict=True)
+                     if n["kind"] == "stepRuns" and (o["record"]["status"], n["record"]["status"])
+                     == ("cancelled", "timed_out")]
     for p, _, _ in at_step:
         if p[2:4] == ("state", "changes"):
             record = new["steps"][first]["state"]["changes"][p[4]]["record"]
