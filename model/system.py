@@ -982,7 +982,7 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
         fired = active_entry["attempt"]
         ctx.fire(T.cancel_attempt_id(fired["status"], active_entry["leaseStatus"]))
     timeout = run["cancelReason"] == "timeout"
-    for s in steps:  # a StepRun held by a blocked attempt is decided before the table is read (§6)
+    for s in steps:  # a StepRun held by a blocked attempt is decided before the table is read (§5)
         held = explain[s["id"]] == RULE_STEP_BLOCKED_ATTEMPT
         ctx.fire(T.decision("converge.step_held").id if held else T.cancel_step_id(s["status"], timeout))
     tx = Tx(state, ctx.now)

@@ -639,7 +639,7 @@ COMMAND_DECISIONS: Final = (
     CommandDecision("cancel_request.existing", ("request_cancel",), "existing", "intent already recorded"),
     CommandDecision("converge.settled", ("converge_cancellation",), "settled", "terminal Run agrees with its reason"),
     CommandDecision("converge.step_held", ("converge_cancellation",), "blocked",
-                    "cancellation.md §6: the StepRun has a blocked active attempt (the table is not read)"),
+                    "cancellation.md §5: the StepRun has a blocked active attempt (the §4 table is not read)"),
     CommandDecision("page", ("converge_cancellation_page",), "page", "one cancellation page"),
     *(CommandDecision(f"query.{q}", (q,), "page", "one candidate page") for q in QUERY_COMMANDS),
 )
