@@ -1,9 +1,10 @@
 """Build the golden trace corpus (conformance/corpus/*.json) by recording scenarios through the model.
 
 Every scenario is a sequence of inputs; expected outcomes and states are never written by hand:
-`trace.record` runs the inputs through the model and stores what it did. While a scenario is
-built, the builder asserts that each step does what the scenario claims (so a model change that
-silently turns a scenario into something else fails the build instead of producing a weaker trace).
+`trace.record` runs the inputs through the model and stores what it did, in the self-contained form
+of docs/traces.md. While a scenario is built, the builder asserts that each step does what the
+scenario claims (so a model change that silently turns a scenario into something else fails the
+build instead of producing a weaker trace).
 
     python -m qlwf.conformance.build_corpus           # rewrite the corpus
     python -m qlwf.conformance.build_corpus --check   # exit 1 if a file is missing or stale

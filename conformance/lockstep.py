@@ -23,7 +23,8 @@ from qlwf.model.state import State
 
 from .coverage import Coverage
 from .diff import RecordDiff, snapshot_diff
-from .trace import Trace, model_step, snapshot_digest
+from .render import show_command
+from .trace import ModelStep, Trace, expectations, first_difference, model_step
 
 Record = dict[str, Any]
 InvariantCheck = Callable[[State], list[Any]]
@@ -53,6 +54,8 @@ class Divergence:
     record_diffs: list[RecordDiff] = field(default_factory=list)
     rules: tuple[str, ...] = ()
     violations: list[str] = field(default_factory=list)
+    source: Trace | None = field(default=None, repr=False, compare=False)  # the diverging trace, to save it
+    trace_file: str | None = None  # where the runner saved it (printed with the `qlwf show` command)
 
     def render(self) -> str:
         s = self.step
@@ -71,13 +74,16 @@ class Divergence:
         if self.violations:
             lines.append("  invariant violations on the backend snapshot:")
             lines += [f"    {v}" for v in self.violations[:20]]
+        if self.trace_file:
+            lines.append(f"  trace:           {self.trace_file}")
+            lines.append(f"  render it:       {show_command(self.trace_file, self.step_index)}")
         return "\n".join(lines)
 
     def to_json(self) -> Record:
         return {"trace": self.trace, "stepIndex": self.step_index, "step": self.step, "kind": self.kind,
                 "message": self.message, "modelOutcome": self.model_outcome, "backendOutcome": self.backend_outcome,
                 "recordDiffs": [d.to_json() for d in self.record_diffs], "rules": list(self.rules),
-                "violations": self.violations}
+                "violations": self.violations, "traceFile": self.trace_file}
 
 
 def _compact(value: Any, limit: int = 400) -> str:
@@ -125,7 +131,8 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         result.steps = i + 1
 
         def diverge(kind: str, message: str, **extra: Any) -> LockstepResult:
-            result.divergence = Divergence(result.trace, i, step, kind, message, **extra)  # noqa: B023
+            result.divergence = Divergence(result.trace, i, step, kind, message,  # noqa: B023
+                                           source=trace, **extra)
             return result
 
         t0 = time.perf_counter()
@@ -175,7 +182,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                                model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
                                violations=violations)
         if recorded:
-            problem = _expectation_problem(step, done.state.clock, done.outcome, done.rules, model_snapshot)
+            problem = _expectation_problem(step, done, state.snapshot(), model_snapshot, trace.state_form)
             if problem:
                 return diverge("expectation", f"the model no longer produces the recorded step: {problem}",
                                model_outcome=done.outcome, backend_outcome=step.get("outcome"), rules=done.rules)
@@ -198,15 +205,15 @@ def _backend_only_violations(check: InvariantCheck, snapshot: dict[str, list[Rec
     return [v for v in found if v not in expected]
 
 
-def _expectation_problem(step: Record, clock: int, outcome: Record | None, rules: tuple[str, ...],
-                         snapshot: dict[str, list[Record]]) -> str | None:
-    if step["clock"] != clock:
-        return f"clock {clock} != recorded {step['clock']}"
-    if outcome is not None and canonical_json(outcome) != canonical_json(step.get("outcome")):
-        return "outcome differs from the recorded outcome"
-    if outcome is not None and list(rules) != step.get("rules", list(rules)):
-        return f"rules {list(rules)} != recorded {step.get('rules')}"
-    digest = snapshot_digest(snapshot)
-    if digest != step["state"]["digest"]:
-        return f"state digest {digest[:16]}… != recorded {step['state']['digest'][:16]}…"
-    return None
+def _expectation_problem(step: Record, done: ModelStep, before: dict[str, list[Record]],
+                         after: dict[str, list[Record]], state_form: str) -> str | None:
+    """Every recorded expectation (time, outcome, rules, digest and each explicit record) against the model."""
+    found = first_difference(step, expectations(done, before, after, state_form))
+    if found is None:
+        return None
+    key, recorded, model = found
+    if key == "state" and isinstance(recorded, dict) and recorded.get("digest") != model["digest"]:
+        return f"state digest {model['digest'][:16]}… != recorded {str(recorded.get('digest'))[:16]}…"
+    if key == "state":
+        return f"the recorded {state_form} differ from the model's (same digest: the records were edited)"
+    return f"{key} {_compact(model, 120)} != recorded {_compact(recorded, 120)}"

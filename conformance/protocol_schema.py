@@ -2,7 +2,9 @@
 
 The harness checks responses with its own structural checks (conformance/exec_port.py: cheap
 enough for every step); these schemas are the normative shapes, used by the tests and the
-worked example of docs/protocol.md to validate whole transcripts. Needs `jsonschema` (dev extra).
+worked example of docs/protocol.md to validate whole transcripts. The same directory holds the
+qlwf-trace@1 schema (`trace.json`), which `qlwf traces check` applies to every file, so
+`jsonschema` is a main dependency (decisions Q-21).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ def _validators() -> dict[str, Any]:
 
 def problems(direction: str, message_type: str, message: Any) -> list[str]:
     """Why `message` (a `request` or `response` of `message_type`) breaks its schema; [] if it does not."""
-    validator = _validators()[f"{message_type}.{direction}"]
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(message)'}: {e.message}"
-            for e in validator.iter_errors(message)]
+    return document_problems(f"{message_type}.{direction}", message)
+
+
+def document_problems(schema: str, document: Any, root: str = "(message)") -> list[str]:
+    """Why `document` breaks schema `schema` (a file name under conformance/schema/ without .json)."""
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or root}: {e.message}"
+            for e in _validators()[schema].iter_errors(document)]

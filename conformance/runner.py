@@ -14,8 +14,9 @@ from typing import Any, TextIO
 from . import backends
 from .coverage import Coverage
 from .generators import GeneratorConfig, generate
-from .lockstep import LockstepResult, load_invariant_check, run_lockstep
-from .trace import Trace, load
+from .lockstep import Divergence, LockstepResult, load_invariant_check, run_lockstep
+from .render import trace_dir
+from .trace import Trace, load, save
 
 CORPUS_DIR = Path(__file__).with_name("corpus")
 
@@ -141,6 +142,25 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
     return merged
 
 
+def save_divergence(divergence: Divergence, backend: str, directory: Path | None = None) -> Path | None:
+    """Write the diverging trace up to and including the diverging step as a counterexample trace
+    ($QLWF_TRACE_DIR, default reports/counterexamples) and remember where, so the report can print
+    the `qlwf show` command that renders it."""
+    source = divergence.source
+    if source is None:
+        return None
+    root = directory or trace_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"conform-{backend}-{divergence.trace}")[:120]
+    path = root / f"{name}.json"
+    why = divergence.message.splitlines()[0][:300] if divergence.message else ""
+    description = (f"conformance divergence on {backend} at step {divergence.step_index} ({divergence.kind}): {why}; "
+                   f"trace {divergence.trace!r}: {source.description}")
+    save(Trace(description, source.initial_clock, source.steps[: divergence.step_index + 1], name), path)
+    divergence.trace_file = str(path)
+    return path
+
+
 def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, out: TextIO,
             invariants: bool = True, jobs: int = 1,
             progress: Callable[[LockstepResult], None] | None = None) -> int:
@@ -149,8 +169,10 @@ def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, o
     `progress` sees every result as it arrives (the CLI shows it on stderr); the report goes to `out`."""
 
     def report(result: LockstepResult) -> None:
-        if result.divergence is not None and not as_json:
-            print(result.divergence.render(), file=out)
+        if result.divergence is not None:
+            save_divergence(result.divergence, backend)
+            if not as_json:
+                print(result.divergence.render(), file=out)
         if progress is not None:
             progress(result)
 
@@ -174,6 +196,8 @@ def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariant
     trace = load(path)
     summary = run_traces(backend, [trace], invariants=invariants)
     result = summary.results[0]
+    if result.divergence is not None:
+        save_divergence(result.divergence, backend)
     if as_json:
         print(json.dumps(summary.to_json(), ensure_ascii=False), file=out)
     elif result.divergence is not None:

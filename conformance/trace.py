@@ -15,6 +15,13 @@ step also carries what the model did: `clock` (the harness clock after the step)
 (commands only: {"ok": result} or {"error": {class, code, reason}}), `rules` (the model rule-table
 rows that fired) and `state` = {"digest": sha256 of the canonical snapshot, "changes": the records
 the step added or changed, each {"kind", "key", "record"}}.
+
+A recorded trace is self-contained (docs/traces.md, schema conformance/schema/trace.json,
+decisions Q-20): it also carries `stateForm` ("changes": each step's `state.changes` is the diff
+against the previous state, a removed record being `record: null`; "snapshot": each step's
+`state.snapshot` is the whole durable state), `recordKeys` (the key fields of every record kind)
+and `initialState` (the empty store), and every step its absolute time `atMs`. Recorded traces
+written before these keys existed still load: their form is "changes" and their steps lack `atMs`.
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from .faults import corrupt_state
 TRACE_FORMAT = "qlwf-trace"
 TRACE_VERSION = 1
 STEP_OPS = ("advance_time", "command", "corrupt")
-EXPECTATION_KEYS = ("clock", "outcome", "rules", "state")
+# Everything the model derives from a step's inputs; `atMs` is derived too (initialClock plus the
+# advances so far), so a hand-edited time is caught like any other expectation.
+EXPECTATION_KEYS = ("atMs", "clock", "outcome", "rules", "state")
+STATE_FORMS = ("changes", "snapshot")
 
 Record = dict[str, Any]
 Snapshot = dict[str, list[Record]]
@@ -63,6 +73,7 @@ class Trace:
     initial_clock: int
     steps: list[Record] = field(default_factory=list)
     name: str = ""
+    state_form: str = "changes"  # how recorded steps carry the state after them (STATE_FORMS)
 
     @property
     def recorded(self) -> bool:
@@ -73,13 +84,18 @@ class Trace:
         return sum(1 for s in self.steps if s["op"] == "command")
 
     def to_json(self) -> Record:
-        return {"format": TRACE_FORMAT, "version": TRACE_VERSION, "description": self.description,
-                "initialClock": self.initial_clock, "steps": self.steps}
+        head: Record = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "description": self.description,
+                        "initialClock": self.initial_clock}
+        if self.recorded:  # the self-contained header: what a replayer needs besides the steps
+            head |= {"stateForm": self.state_form, "recordKeys": {k: list(v) for k, v in KIND_KEYS.items()},
+                     "initialState": empty_snapshot()}
+        return head | {"steps": self.steps}
 
     def inputs(self) -> Trace:
         """The same trace with every recorded expectation stripped."""
         return Trace(self.description, self.initial_clock,
-                     [{k: v for k, v in s.items() if k not in EXPECTATION_KEYS} for s in self.steps], self.name)
+                     [{k: v for k, v in s.items() if k not in EXPECTATION_KEYS} for s in self.steps], self.name,
+                     self.state_form)
 
 
 def command(name: str, args: Any) -> Record:
@@ -107,6 +123,8 @@ def validate_step(step: Any, index: int) -> None:
         raise TraceFormatError(f"step {index} ({op}): unexpected keys {extra}")
     if op == "advance_time" and (type(step["deltaMs"]) is not int or step["deltaMs"] < 0):
         raise TraceFormatError(f"step {index}: deltaMs must be an int >= 0")
+    if "atMs" in step and (type(step["atMs"]) is not int or step["atMs"] < 0):
+        raise TraceFormatError(f"step {index}: atMs must be an int >= 0")
 
 
 def from_json(obj: Any, name: str = "") -> Trace:
@@ -119,7 +137,15 @@ def from_json(obj: Any, name: str = "") -> Trace:
         raise TraceFormatError("initialClock must be an int >= 0 and steps a list")
     for i, step in enumerate(obj["steps"]):
         validate_step(step, i)
-    return Trace(str(obj.get("description", "")), clock, list(obj["steps"]), name)
+    form = obj.get("stateForm", "changes")
+    if form not in STATE_FORMS:
+        raise TraceFormatError(f"stateForm must be one of {STATE_FORMS}, got {form!r}")
+    # The harness starts every trace from the empty store (commands.md §1.1) and knows one key set.
+    if "initialState" in obj and obj["initialState"] != empty_snapshot():
+        raise TraceFormatError("initialState must be the empty store (commands.md §1.1: no records)")
+    if "recordKeys" in obj and obj["recordKeys"] != {k: list(v) for k, v in KIND_KEYS.items()}:
+        raise TraceFormatError("recordKeys differ from the record keys of commands.md §1.3")
+    return Trace(str(obj.get("description", "")), clock, list(obj["steps"]), name, form)
 
 
 def load(path: str | Path) -> Trace:
@@ -142,6 +168,10 @@ def save(trace: Trace, path: str | Path) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # Snapshots, digests and changes
+def empty_snapshot() -> Snapshot:
+    return {kind: [] for kind in KIND_KEYS}
+
+
 def snapshot_digest(snapshot: Snapshot) -> str:
     return hashlib.sha256(canonical_json(snapshot)).hexdigest()
 
@@ -193,20 +223,40 @@ def model_step(state: State, step: Record) -> ModelStep:
     return ModelStep(out.state, outcome_json(out), out.rules)
 
 
-def record(trace: Trace) -> Trace:
+def expectations(done: ModelStep, before: Snapshot, after: Snapshot, state_form: str = "changes") -> Record:
+    """The recorded expectation keys of one step, in file order, from what the model did."""
+    out: Record = {"atMs": done.state.clock, "clock": done.state.clock}
+    if done.outcome is not None:
+        out["outcome"] = done.outcome
+        out["rules"] = list(done.rules)
+    body = changes(before, after) if state_form == "changes" else after
+    out["state"] = {"digest": snapshot_digest(after), state_form: body}
+    return out
+
+
+def first_difference(recorded: Record, derived: Record) -> tuple[str, Any, Any] | None:
+    """The first expectation key (and its two values) where a recorded step differs from `derived`.
+
+    Keys the recorded step lacks are not compared: recorded traces older than `atMs` still pass."""
+    for key, value in derived.items():
+        if key in recorded and canonical_json(recorded[key]) != canonical_json(value):
+            return key, recorded[key], value
+    for key in sorted(set(recorded) & set(EXPECTATION_KEYS) - set(derived)):
+        return key, recorded[key], None  # e.g. an outcome recorded on a harness step
+    return None
+
+
+def record(trace: Trace, state_form: str | None = None) -> Trace:
     """Run the trace's inputs through the model and attach every step's expectations."""
+    form = state_form or trace.state_form
+    if form not in STATE_FORMS:
+        raise ValueError(f"state form must be one of {STATE_FORMS}, got {form!r}")
     state = State(clock=trace.initial_clock)
     before = state.snapshot()
     steps = []
     for step in trace.inputs().steps:
         done = model_step(state, step)
         after = done.state.snapshot()
-        recorded = dict(step)
-        recorded["clock"] = done.state.clock
-        if done.outcome is not None:
-            recorded["outcome"] = done.outcome
-            recorded["rules"] = list(done.rules)
-        recorded["state"] = {"digest": snapshot_digest(after), "changes": changes(before, after)}
-        steps.append(recorded)
+        steps.append(dict(step) | expectations(done, before, after, form))
         state, before = done.state, after
-    return Trace(trace.description, trace.initial_clock, steps, trace.name)
+    return Trace(trace.description, trace.initial_clock, steps, trace.name, form)

@@ -105,6 +105,8 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int) -> Evidence
     problems: tuple[str, ...] = ()
     if failures:
         first = failures[0]
+        if first.divergence is not None:  # saved, so the report can print the `qlwf show` command
+            runner.save_divergence(first.divergence, backend)
         report = first.divergence.render() if first.divergence else "diverged"
         problems = (f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}",)
     counts = {"corpus_traces": len(parts[0].results) if corpus else 0,
@@ -187,8 +189,13 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     pinned = json.loads(manifest)["totals"][str(k)]
     problems = []
     if report.findings:
+        from qlwf.cmd_explore import write_counterexamples
+        from qlwf.conformance.render import show_command, trace_dir
+
+        saved = write_counterexamples(report.findings, trace_dir())
         problems.append(f"the explorer found {len(report.findings)} violation(s)\n"
-                        + "\n".join(str(f) for f in report.findings[:5]))
+                        + "\n".join(str(f) for f in report.findings[:5])
+                        + "".join(f"\nrender it: {show_command(p)}" for p in saved))
     if counts != pinned:  # a change detector: the scope explored is no longer the one pinned
         problems.append(f"explorer counts for K={k} changed: {counts} != pinned {pinned}")
     return Evidence(f"K={k}: {counts['distinct_states']} states, {counts['transitions']} transitions, "

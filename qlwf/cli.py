@@ -22,6 +22,9 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_prove",
     "qlwf.cmd_explore",
     "qlwf.cmd_audit",
+    "qlwf.cmd_traces",
+    "qlwf.cmd_show",
+    "qlwf.cmd_diff",
     "qlwf.cmd_regenerate",
 )
 

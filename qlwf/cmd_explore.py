@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, save
+from qlwf.conformance.trace_export import record_for_saving
 from qlwf.model.explore import FULL, Alphabet, Config, ExploreReport, Finding, ShapeReport, default_alphabet, explore
 
 DEFAULT_TRACE_DIR = "reports/counterexamples"
@@ -52,7 +54,8 @@ def _progress(out: TextIO) -> Any:
 
 
 def write_counterexamples(findings: list[Finding], directory: str | Path) -> list[Path]:
-    """One trace file per finding (the first of each shape and kind), replayable with the model."""
+    """One trace file per finding (the first of each shape and kind), self-contained (qlwf-trace@1) when
+    the model can record it, replayable with the model."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -64,7 +67,7 @@ def write_counterexamples(findings: list[Finding], directory: str | Path) -> lis
         t = f.trace()
         name = f"explore-{f.shape.replace(':', '_').replace('>', '-').replace(',', '_')}-{f.kind}".lower()
         path = root / f"{name}.json"
-        save(Trace(t["description"], t["initialClock"], t["steps"], name), path)
+        save(record_for_saving(Trace(t["description"], t["initialClock"], t["steps"], name)), path)
         written.append(path)
     return written
 
@@ -97,5 +100,5 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for f in findings[:10]:
             out.write(f"VIOLATION [{f.shape}] {f.kind}: {f.message}\n")
         for p in paths:
-            out.write(f"counterexample trace: {p}\n")
+            out.write(f"counterexample trace: {p}\nrender it: {show_command(p)}\n")
     return 1 if findings else 0

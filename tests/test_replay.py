@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import Phase
 from mutants import MUTANTS, Mutant
+from qlwf.conformance.protocol_schema import document_problems
 from qlwf.conformance.trace import Trace, advance, command, load
 from qlwf.model.explore import Config, build_plan, dag_shapes, explore
 from qlwf.model.invariants import consistent_binding
@@ -70,6 +72,7 @@ def test_explorer_counterexample_replays_to_the_same_violation(monkeypatch: pyte
     replayed = replay_trace(load(path), out=lambda _: None)
     at, violation = replayed.first_violation or (None, None)
     assert at == len(replayed.steps) - 1 and violation is not None and violation.invariant == "INV-21"
+    assert not document_problems("trace", json.loads(path.read_text())), "saved in the self-contained form"
 
 
 def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: pytest.MonkeyPatch,
@@ -83,11 +86,16 @@ def test_stateful_counterexample_is_shrunk_written_and_replayable(monkeypatch: p
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
     mutant("frontier_terminal_with_ready_step").apply(monkeypatch)
-    with pytest.raises(AssertionError, match="INV-28"):
+    with pytest.raises(AssertionError, match="INV-28") as failure:
         run_machine(Unrecorded, max_examples=20, phases=[Phase.generate, Phase.shrink], derandomize=True,
                     database=None)
-    trace = load(tmp_path / "stateful.json")
+    saved = tmp_path / "stateful.json"
+    assert f"render it: qlwf show {saved} --html {tmp_path / 'stateful.html'}" in str(failure.value)
+    trace = load(saved)
     assert trace.description.startswith("stateful counterexample") and "INV-28" in trace.description
+    # written self-contained (docs/traces.md): schema-valid, every expectation recorded
+    assert document_problems("trace", json.loads((tmp_path / "stateful.json").read_text())) == []
+    assert trace.recorded and trace.steps[0]["atMs"] == trace.initial_clock
     (step,) = trace.steps  # shrunk to the one admission
     assert step["name"] == "admit_workflow" and len(step["args"]["plan"]["steps"]) == 1
     lines: list[str] = []

@@ -7,8 +7,10 @@ worker, cancel intent, malformed input) are made on purpose and must return the 
 leave the State equal to what it was. INV-1..31 are checked after every step, every command is
 checked against the table-shaped postconditions of tests/support/oracle.py, and at teardown the
 LIVE-1 drain (model/liveness.py) must terminalize every cancelling Run within the bound and quiesce
-every other one. A failing (shrunk) behaviour is written as a qlwf trace to $QLWF_TRACE_DIR
-(default reports/counterexamples/) and can be replayed with `qlwf.model.replay.replay_trace`.
+every other one. A failing (shrunk) behaviour is written as a self-contained qlwf-trace@1 file
+(docs/traces.md: every step's outcome and state recorded through the model; the inputs alone if
+the model crashes on a step) to $QLWF_TRACE_DIR (default reports/counterexamples/); it replays
+with `qlwf replay`, `qlwf traces check` and `qlwf.model.replay.replay_trace`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, advance, command, save
+from qlwf.conformance.trace_export import record_for_saving
 from qlwf.model import tables as T
 from qlwf.model.explore import build_plan
 from qlwf.model.invariants import check_invariants
@@ -100,8 +104,9 @@ class WorkflowMachine(RuleBasedStateMachine):
         directory.mkdir(parents=True, exist_ok=True)
         profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
         description = f"stateful counterexample (profile {profile}): {message.splitlines()[0][:400]}"
-        save(Trace(description, INITIAL_CLOCK, [*self.steps, *extra_steps], "stateful"), directory / "stateful.json")
-        raise AssertionError(message)
+        path = directory / "stateful.json"
+        save(record_for_saving(Trace(description, INITIAL_CLOCK, [*self.steps, *extra_steps], "stateful")), path)
+        raise AssertionError(f"{message}\ncounterexample trace: {path}\nrender it: {show_command(path)}")
 
     def do(self, name: str, args: Any, expect: Expect | None = None) -> Outcome:
         before = self.state

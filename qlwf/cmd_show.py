@@ -1,0 +1,57 @@
+"""`qlwf show`: render a trace or counterexample as a step table and the workflow DAG at one step.
+
+Markdown (Mermaid DAG) to stdout by default; `--md OUT` and `--html OUT` write files instead
+(conformance/render.py, conformance/render_svg.py). Exit 0 when rendered, 2 on input that cannot be
+rendered (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from qlwf.conformance.render import ShowError, build, markdown
+from qlwf.conformance.render_svg import html
+from qlwf.conformance.trace import TraceFormatError, load
+
+
+def _step(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("show", help="render a trace or counterexample (step table and coloured DAG)",
+                              description="Run a qlwf trace through the model and render every step (command, "
+                              "outcome, rule rows that fired, state diff, invariant violations) and the workflow "
+                              "DAG coloured by StepRun status after one step (default: the failing step, else the "
+                              "last). Markdown with a Mermaid DAG goes to stdout unless --md or --html is given.")
+    p.add_argument("trace", metavar="TRACE", help="a qlwf-trace v1 JSON file (corpus trace or counterexample)")
+    p.add_argument("--step", type=_step, metavar="N", help="colour the DAG after step N (0-based)")
+    p.add_argument("--html", metavar="OUT", help="write one self-contained HTML file (inline SVG)")
+    p.add_argument("--md", metavar="OUT", help="write the Markdown report to OUT")
+    p.add_argument("--layout", choices=("auto", "dot", "layered"), default="auto",
+                   help="HTML DAG layout: Graphviz dot where installed (auto), or the plain layered layout")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        view = build(load(args.trace))
+        md = markdown(view, args.step)
+        page = html(view, args.step, args.layout) if args.html else None
+    except (OSError, json.JSONDecodeError, TraceFormatError, ShowError, RuntimeError) as e:
+        print(f"qlwf show: {args.trace}: {e}", file=sys.stderr)
+        return 2
+    if args.md:
+        Path(args.md).write_text(md, encoding="utf-8")
+    if page is not None:
+        Path(args.html).write_text(page, encoding="utf-8")
+    if not args.md and not args.html:
+        sys.stdout.write(md)
+    return 0

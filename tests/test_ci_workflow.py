@@ -1,0 +1,119 @@
+"""The example workflow .github/workflows/qlwf.yml is valid and calls only commands and flags that exist.
+
+Every `./qlwfw COMMAND ARGS` in a `run:` script is parsed by qlwf's own argument parser (a missing
+command, an unknown flag or a missing argument fails here); the wrapper's own commands are taken from
+its usage text. `diff` is built on another branch (issue 14 §1): until it is registered it is the one
+command allowed to be missing, and from then on it is checked like the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from qlwf.cli import build_parser
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW = REPO / ".github" / "workflows" / "qlwf.yml"
+
+
+def workflow() -> dict[Any, Any]:
+    doc = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def steps(job: str) -> list[dict[str, Any]]:
+    return list(workflow()["jobs"][job]["steps"])
+
+
+def wrapper_commands() -> set[str]:
+    out = subprocess.run([str(REPO / "qlwfw"), "--help"], capture_output=True, text=True, timeout=300, check=True)
+    usage = out.stdout.split("\n\n", 2)[1]  # the wrapper's own command list, before qlwf's
+    return {line.split()[0] for line in usage.splitlines() if line.startswith("  ") and line.split()}
+
+
+def qlwfw_calls() -> list[tuple[str, list[str]]]:
+    """(job, argv after ./qlwfw) for every call in every run script; expressions become placeholders."""
+    calls = []
+    for name, job in workflow()["jobs"].items():
+        for step in job["steps"]:
+            script = re.sub(r"\$\{\{[^}]*\}\}", "PLACEHOLDER", step.get("run", ""))
+            for line in script.splitlines():
+                if "./qlwfw" not in line:
+                    continue
+                command = re.split(r"\|\||&&|;|\||>", line.split("./qlwfw", 1)[1])[0]
+                calls.append((name, shlex.split(command)))
+    return calls
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_the_workflow_is_valid_yaml_with_the_expected_shape() -> None:
+    doc = workflow()
+    triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert set(triggers) == {"pull_request", "push"}
+    for name, job in doc["jobs"].items():
+        assert job["runs-on"] and job["steps"], name
+        for step in job["steps"]:
+            assert ("uses" in step) != ("run" in step), (name, step)
+
+
+def test_every_qlwfw_call_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    calls = qlwfw_calls()
+    assert {argv[0] for _, argv in calls} >= {"check", "show", "diff"}
+    known, wrapper = subcommands(), wrapper_commands()
+    assert {"check", "test", "install-postgres", "install-browser", "--help"} <= wrapper
+    for job, argv in calls:
+        command = argv[0]
+        if command in wrapper - {"check"}:
+            continue
+        assert command in known, f"{job}: ./qlwfw {command} is not a qlwf command"
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as e:  # argparse's refusal: name the call and its message
+            pytest.fail(f"{job}: ./qlwfw {shlex.join(argv)} does not parse: {capsys.readouterr().err.strip()} ({e})")
+
+
+def test_the_gate_reports_what_is_uploaded() -> None:
+    gate = steps("gate")
+    (check,) = [s for s in gate if "./qlwfw check" in s.get("run", "")]
+    args = shlex.split(check["run"].split("./qlwfw", 1)[1])
+    junit, report = args[args.index("--junit") + 1], args[args.index("--json") + 1]
+    (upload,) = [s for s in gate if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()"  # a failing gate is exactly when the artifacts matter
+    paths = upload["with"]["path"].split()
+    trace_dir = workflow()["jobs"]["gate"]["env"]["QLWF_TRACE_DIR"]
+    assert junit in paths and report in paths and trace_dir.rstrip("/") + "/" in paths
+    assert any(f"{trace_dir}/*.json" in s.get("run", "") and "./qlwfw show" in s["run"] for s in gate)
+
+
+def test_postgres_binaries_are_installed_before_the_gate() -> None:
+    runs = [s.get("run", "") for s in steps("gate")]
+    install = next(i for i, r in enumerate(runs) if "apt-get install" in r and "postgresql" in r)
+    gate = next(i for i, r in enumerate(runs) if "./qlwfw check" in r)
+    assert install < gate
+
+
+def test_the_diff_is_posted_on_pull_requests_only() -> None:
+    job = workflow()["jobs"]["behaviour-diff"]
+    assert job["if"] == "github.event_name == 'pull_request'"
+    assert job["permissions"]["pull-requests"] == "write"
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # the base revision must be in the clone
+    runs = [s.get("run", "") for s in job["steps"]]
+    diff = next(i for i, r in enumerate(runs) if "./qlwfw diff" in r)
+    post = next(i for i, r in enumerate(runs) if "gh pr comment" in r)
+    report = shlex.split(runs[diff].split("||")[0].split(">", 1)[1])[0]  # the Markdown report on stdout
+    assert diff < post and f"--body-file {report}" in runs[post]

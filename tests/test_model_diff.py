@@ -1,0 +1,296 @@
+"""`qlwf diff` (issue 14 §1) on a temporary copy of the repository: an ADR change, a pure refactor,
+a check-order change, proofs against a base directory, and bad input.
+
+The copy holds what a diff reads (pyproject.toml, model/, proofs/, examples/, the corpus); its
+first commit is the base, the edit lives in its working tree. Each edit is one small helper that
+rewrites the source text it needs, so the tests keep working while table rows gain fields.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qlwf.conformance import runner
+from qlwf.conformance.diff_report import render_markdown
+from qlwf.conformance.diff_sources import Tree, base_tree
+from qlwf.conformance.model_diff import Options, diff
+from qlwf.conformance.trace import load
+
+REPO = Path(__file__).resolve().parents[1]
+COPIED = ("pyproject.toml", "model", "proofs", "examples", "conformance/corpus")
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+                   check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("template") / "repo"
+    for rel in COPIED:
+        src, dst = REPO / rel, root / rel
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    return root
+
+
+@pytest.fixture
+def repo(template: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(template, copy)
+    return copy
+
+
+def _replace_once(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path.name}: expected exactly one {old!r}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+# ---- the edits -----------------------------------------------------------------------------------
+def timeout_times_out_pending(repo: Path, performer_row: bool = True) -> None:
+    """ADR change: under reason timeout, pending StepRuns become timed_out (instead of cancelled).
+    A complete change edits three rows: the convergence decision, the StepRun transition it now
+    needs, and (state-machines.md §3.4) the row saying which command performs that move."""
+    tables = repo / "model" / "tables.py"
+    _replace_once(tables, '("pending", True): _CANCELLED', '("pending", True): _TIMED_OUT')
+    _replace_once(tables, '"pending": frozenset({"ready", "skipped", "cancelled"})',
+                  '"pending": frozenset({"ready", "skipped", "cancelled", "timed_out"})')
+    if performer_row:
+        text = tables.read_text(encoding="utf-8")
+        line = next(x for x in text.splitlines(keepends=True) if '"converge.pending_cancelled"' in x)
+        tables.write_text(text.replace(line, line + line.replace("pending_cancelled", "pending_timed_out")
+                                       .replace('"cancelled", "converge', '"timed_out", "converge')), "utf-8")
+
+
+def pure_refactor(repo: Path) -> None:
+    """Rename a private helper everywhere, swap two independent function definitions and two
+    entries of a lookup table."""
+    system = repo / "model" / "system.py"
+    text = system.read_text(encoding="utf-8")
+    assert text.count("_converge(") == 3
+    system.write_text(text.replace("_converge(", "_converge_run("), "utf-8")
+    attempt = ('def put_attempt(tx: Tx, attempt: Record) -> None:\n'
+               '    tx.table("attempts")[attempt["id"]] = canonical(attempt, ATTEMPT_KEYS)\n')
+    lease = ('def put_lease(tx: Tx, lease: Record) -> None:\n'
+             '    tx.table("leases")[lease["attemptId"]] = canonical(lease, LEASE_KEYS)\n')
+    _replace_once(system, attempt + "\n\n" + lease, lease + "\n\n" + attempt)
+    _replace_once(repo / "model" / "tables.py",
+                  '("ready", False): _CANCELLED, ("ready", True): _TIMED_OUT,',
+                  '("ready", True): _TIMED_OUT, ("ready", False): _CANCELLED,')
+
+
+def lease_checked_before_attempt_status(repo: Path) -> None:
+    """recover_attempt checks the lease before the attempt's status: an ended attempt whose lease
+    is no longer leased now reports not_leased instead of attempt_state_mismatch."""
+    status = ('    if a["status"] not in T.ACTIVE_ATTEMPT:\n'
+              '        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a[\'status\']}")\n')
+    lease = ('    if lease is None or lease["status"] != "leased":\n'
+             '        raise ctx.conflict("not_leased", "the attempt holds no leased lease")\n')
+    _replace_once(repo / "model" / "system.py", status + lease, lease + status)
+
+
+# ---- helpers -----------------------------------------------------------------------------------------
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qlwf.cli", "diff", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def replay_with_model_of(tree: Path, trace: Path) -> subprocess.CompletedProcess[str]:
+    """`qlwf replay TRACE --backend model` with `tree`'s model (mapped as the diff's dumper maps it)."""
+    code = ("import sys; from pathlib import Path; from qlwf.conformance.model_import import use_tree; "
+            f"use_tree(Path({str(tree)!r}), ('qlwf.model',)); from qlwf.conformance import runner; "
+            f"sys.exit(runner.replay({str(trace)!r}, 'model', False, sys.stdout))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def step_run_status_after(trace_steps: list[dict[str, Any]], step_run_id: str) -> str | None:
+    status = None
+    for s in trace_steps:
+        for c in s["state"]["changes"]:
+            if c["kind"] == "stepRuns" and c["key"] == [step_run_id] and c["record"] is not None:
+                status = c["record"]["status"]
+    return status
+
+
+# ---- tests -------------------------------------------------------------------------------------------
+def test_adr_change_yields_exactly_the_expected_groups_with_valid_witnesses(repo: Path, tmp_path: Path) -> None:
+    timeout_times_out_pending(repo)
+    witnesses = tmp_path / "witnesses"
+    with base_tree(repo, "HEAD") as base:  # the copy's first commit, unpacked as the CLI does
+        report = diff(base, Tree(repo, "working tree"),
+                      Options(max_steps=2, shapes=["2:a>b"], proofs_bound=None, witness_dir=witnesses))
+    out = report.to_json()
+    assert not report.identical
+    # Only convergence changes: a pending StepRun exists only behind its need, and only converging
+    # (directly or through a page) under reason timeout decides its target.
+    groups = {(g["command"], tuple(g["rulesRemoved"]), tuple(g["rulesAdded"]), g["outcomeChange"])
+              for g in out["behaviour"]["groups"]}
+    assert groups == {(cmd, ("step:converge.pending_cancelled",), ("step:converge.pending_timed_out",), None)
+                      for cmd in ("converge_cancellation", "converge_cancellation_page")}
+    assert all(g["rulesRemovedInSome"] == [] and g["rulesAddedInSome"] == [] for g in out["behaviour"]["groups"])
+    assert out["behaviour"]["statesOnlyInBase"] > 0 and out["behaviour"]["statesOnlyInHead"] > 0
+    only = out["behaviour"]["statesOnly"]
+    assert len(only["head"]) == min(out["behaviour"]["statesOnlyInHead"], 100)
+    assert all("'run-x:b', 'timed_out'" in s["state"] for s in only["head"])  # b timed out: only the new rule
+    assert not any("'run-x:b', 'timed_out'" in s["state"] for s in only["base"])
+    assert {(c["table"], c["change"]) for c in out["tables"]} == {
+        ("CANCEL_STEP_TABLE", "changed"), ("STEP_TRANSITIONS", "changed"), ("STEP_PERFORMERS", "added")}
+    # examples/cancel-timeout-expired-lease.json: a chain under reason timeout, its later steps pending.
+    changed = {a["input"] for a in out["oracle"]["changed"]}
+    assert "examples/cancel-timeout-expired-lease.json" in changed
+    assert all(a["head"] == "resolution" and a["base"] == "resolution" for a in out["oracle"]["changed"])
+    # The golden corpus pins the old mapping ("pending steps to cancelled" under reason timeout).
+    assert [(c["trace"], c["differs"]) for c in out["corpus"]["changed"]] == [
+        ("adr0228-timeout-mapping", ["rules", "state"])]
+
+    for g in out["behaviour"]["groups"]:
+        w = g["witness"]
+        path = Path(w["file"])
+        assert w["show"] == f"qlwf show {path}" and path.is_file()
+        trace = load(path)
+        last = trace.steps[-1]
+        assert last["name"] == g["command"] and w["firstDifference"] == len(trace.steps) - 1
+        assert "step:converge.pending_timed_out" in last["rules"]
+        assert step_run_status_after(trace.steps, "run-x:b") == "timed_out"  # recorded by the changed model
+        changed_model = replay_with_model_of(repo, path)
+        assert changed_model.returncode == 0, changed_model.stdout + changed_model.stderr
+        # This process runs the unchanged model (the base): it diverges exactly at the last step.
+        summary = runner.run_traces("model", [trace], invariants=False)
+        divergence = summary.results[0].divergence
+        assert divergence is not None and divergence.step_index == len(trace.steps) - 1
+
+    markdown = render_markdown(report)
+    assert markdown.splitlines()[2].startswith("**Behaviour differs**")
+    for g in out["behaviour"]["groups"]:
+        assert g["witness"]["show"] in markdown
+    assert markdown.count("| # | step | base | head |") == len(out["behaviour"]["groups"])
+
+
+def test_pure_refactor_is_an_empty_diff(repo: Path, tmp_path: Path) -> None:
+    pure_refactor(repo)
+    assert subprocess.run(["git", "-C", str(repo), "diff", "--quiet"]).returncode == 1  # the edit is there
+    done = run_cli(repo, "--base", "HEAD", "--max-steps", "1", "--bound", "1", "--prove-only", "TBL-*",
+                   "--json", "--witness-dir", str(tmp_path / "w"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert out["identical"] is True
+    assert out["behaviour"]["groups"] == [] and out["tables"] == []
+    assert out["behaviour"]["comparedStates"] == out["behaviour"]["statesHead"] > 1
+    assert out["proofs"]["changed"] == [] and out["proofs"]["properties"][0] == out["proofs"]["properties"][1] > 0
+    assert out["oracle"]["changed"] == [] and out["oracle"]["inputs"] > 0
+    assert out["corpus"]["changed"] == [] and out["corpus"]["traces"] > 0
+    assert not (tmp_path / "w").exists()  # no witness without a difference
+
+
+def test_check_order_change_that_only_alters_the_error_is_found(repo: Path, tmp_path: Path) -> None:
+    lease_checked_before_attempt_status(repo)
+    done = run_cli(repo, "--base", "HEAD", "--max-steps", "1", "--no-proofs", "--witness-dir", str(tmp_path / "w"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    md = done.stdout
+    assert md.splitlines()[2].startswith("**Behaviour differs**")
+    rows = [line for line in md.splitlines() if line.startswith("| adr0228-dead-worker-trusted-recovery |")]
+    assert len(rows) == 1, md
+    assert "recover_attempt" in rows[0] and "| outcome |" in rows[0]
+    assert "Conflict attempt_state_mismatch" in rows[0] and "Conflict not_leased" in rows[0]
+    # The explorer only offers recover_attempt on active attempts, where both orders agree.
+    assert "* behaviour: 0 group(s)" in md
+
+
+def test_proof_status_is_compared_against_a_base_directory(repo: Path, template: Path, tmp_path: Path) -> None:
+    timeout_times_out_pending(repo, performer_row=False)  # a StepRun move no STEP_PERFORMERS row allows
+    done = run_cli(tmp_path, "--base", str(template), "--repo", str(repo), "--max-steps", "1", "--bound", "2",
+                   "--prove-only", "TBL-step-moves", "--prove-only", "TBL-run-moves", "--no-oracle", "--json",
+                   "--witness-dir", str(tmp_path / "w"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert out["proofs"]["properties"] == [2, 2]
+    assert out["proofs"]["changed"] == [{"property": "TBL-step-moves", "base": "proved", "head": "violated",
+                                         "detail": out["proofs"]["changed"][0]["detail"]}]
+    assert out["base"] == str(template)
+
+
+def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    from qlwf.cli import main
+    try:
+        code = main(["diff", *args])
+    except SystemExit as e:  # argparse refuses the arguments
+        code = int(e.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--base", "no-such-revision"), "unknown revision"),
+    (("--base", "HEAD", "--max-steps", "0"), "--max-steps"),
+    (("--base", "HEAD", "--max-steps", "two"), "--max-steps"),
+    (("--base", "HEAD", "--bound", "-1"), "--bound"),
+])
+def test_bad_input_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                           args: tuple[str, ...], message: str) -> None:
+    monkeypatch.chdir(repo)
+    code, err = run_in_process(capsys, *args)
+    assert code == 2 and message in err, err
+
+
+def test_outside_a_repository_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, err = run_in_process(capsys, "--base", "HEAD~1")
+    assert code == 2 and "not a git repository" in err, err
+
+
+def test_a_base_directory_without_a_model_exits_2(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "pyproject.toml").write_text("[project]\nname = 'x'\n", "utf-8")
+    monkeypatch.chdir(repo)
+    code, err = run_in_process(capsys, "--base", str(tmp_path / "empty"))
+    assert code == 2 and "no model" in err, err
+
+
+def test_table_rows_are_compared_by_name_order_counts_only_for_sequences() -> None:
+    from types import ModuleType
+    from typing import NamedTuple
+
+    from qlwf.conformance.table_diff import diff_tables, table_rows
+
+    class Row(NamedTuple):
+        rule: str
+        target: str
+
+    def module(rules: tuple[Row, ...], mapping: dict[tuple[str, bool], str], limit: int) -> ModuleType:
+        m = ModuleType("fake_tables")
+        m.RULES = rules  # type: ignore[attr-defined]
+        m.MAPPING = mapping  # type: ignore[attr-defined]
+        m.LIMIT = limit  # type: ignore[attr-defined]
+        m.helper = lambda: None  # type: ignore[attr-defined]  # not a table
+        return m
+
+    base = table_rows(module((Row("a", "x"), Row("b", "y")), {("p", True): "c", ("q", False): "d"}, 1))
+    same = table_rows(module((Row("a", "x"), Row("b", "y")), {("q", False): "d", ("p", True): "c"}, 1))
+    assert diff_tables(base, same) == []  # a mapping's order is not behaviour
+    head = table_rows(module((Row("b", "y"), Row("a", "z"), Row("c", "w")), {("p", True): "t", ("q", False): "d"}, 2))
+    changes = {(c.table, c.key, c.change) for c in diff_tables(base, head)}
+    assert changes == {("RULES", "a", "changed"), ("RULES", "c", "added"), ("RULES", "(row order)", "reordered"),
+                       ("MAPPING", '["p",true]', "changed"), ("constants", "LIMIT", "changed")}
+
+
+def test_an_unknown_shape_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(repo)
+    code, err = run_in_process(capsys, "--base", "HEAD", "--max-steps", "1", "--shape", "1:-", "--shape", "2:b>a",
+                               "--no-proofs", "--no-oracle")
+    assert code == 2 and "2:b>a" in err, err
