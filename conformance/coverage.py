@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from qlwf.model import rules
 from qlwf.model import tables as T
 
 from . import boundaries as B
@@ -14,33 +15,13 @@ Record = dict[str, Any]
 
 
 def rule_rows() -> tuple[str, ...]:
-    """The rule-table rows of the model as `Outcome.rules` names them (model/tables.py)."""
-    rows = [f"step:{p.rule}" for p in T.STEP_PERFORMERS]
-    rows += [f"attempt:{t.rule}" for t in T.ATTEMPT_TRANSITIONS]
-    rows += [f"lease:{t.rule}" for t in T.LEASE_TRANSITIONS]
-    rows += [f"completion:{r.rule}" for r in T.COMPLETION_RULES]
-    rows += ["run:admit", "run:request_cancel", *(f"run:frontier.{s}" for s in sorted(T.TERMINAL_RUN)),
-             "run:converge.cancelled", "run:converge.timed_out"]
-    rows += [f"cancel.attempt:{a}/{ls}" for a, ls in T.CANCEL_ATTEMPT_TABLE]
-    rows += ["cancel.step:terminal", "cancel.step:blocked_attempt", "cancel.step:running"]
-    rows += [f"cancel.step:mutate.{s}/{k}" for s in ("pending", "ready", "waiting_approval", "lost")
-             for k in ("other", "timeout")]
-    return tuple(rows)
-
-
-# Rows no v1 command can reach: no StepRun is waiting_approval or lost after a commit (INV-9); a
-# starting/running attempt always holds a leased lease and a claimed one never a completed lease
-# (INV-24); a StepRun is cancelled only under intent, where the frontier refuses (so its AGG can
-# never be `cancelled`); a running StepRun always has its running attempt (state-machines.md §7), so
-# convergence never meets a running StepRun without a blocked attempt.
-UNREACHABLE_IN_V1 = frozenset({
-    "cancel.attempt:claimed/completed", "run:frontier.cancelled", "cancel.step:running",
-    *(f"cancel.attempt:{a}/{ls}" for a in ("starting", "running") for ls in ("None", "released", "completed")),
-})
+    """The rule-table rows of the model by their ids (the one registry, qlwf.model.rules)."""
+    return tuple(rules.registry())
 
 
 def unreachable_in_v1(row: str) -> bool:
-    return row in UNREACHABLE_IN_V1 or "waiting" in row or "mutate.lost" in row or "lost_cancelled" in row
+    """A row declared unreachable in v1 by the registry, with its spec clause (exact ids only)."""
+    return rules.is_unreachable(row)
 
 
 def outcome_label(outcome: Record) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from qlwf.model import clauses
+from qlwf.model import clauses, rules
 from qlwf.model import tables as T
 from qlwf.model.invariants import INVARIANTS
 
@@ -65,7 +65,37 @@ def tables_md() -> str:
     out += [_row(f"recovery {r}", *p) for r, p in T.RECOVERY_PATH_CODES.items()]
     out += [_row(f"frontier terminal {s}", None, None, None, f"Run errorCode {c}")
             for s, c in T.FRONTIER_TERMINAL_ERROR_CODE.items()]
+    out += _field_effects() + _decisions() + _unreachable()
     return "\n".join(out) + "\n"
+
+
+def _field_effects() -> list[str]:
+    out = ["", "## StepRun field effects (state-machines.md §3.2, records.md §6.3)", "",
+           f"Every transition nulls {', '.join(T.STEP_FIELDS_RESET)} unless its row sets them.", "",
+           _row("target", "effects", "readyAtMs / startedAtMs / finishedAtMs set?"), _row("---", "---", "---")]
+    shape = {True: "yes", False: "no", None: "any"}
+    for target, effects in T.STEP_FIELD_EFFECTS.items():
+        out.append(_row(target, "; ".join(f"{e.field} = {e.effect}" for e in effects) or "–",
+                        " / ".join(shape[x] for x in T.STEP_TIMESTAMP_SHAPE[target])))
+    return out
+
+
+def _decisions() -> list[str]:
+    out = ["", "## Decisions that move no status (commands.md §4)", "",
+           _row("rule id", "commands", "outcome", "when"), _row("---", "---", "---", "---")]
+    out += [_row(d.id, ", ".join(d.commands), d.outcome, d.guard) for d in T.COMMAND_DECISIONS]
+    return out
+
+
+def _unreachable() -> list[str]:
+    out = ["", "## Rule ids and the rows v1 cannot reach (model/rules.py)", "",
+           "A row's id is `table:rule`: `step:`, `attempt:`, `lease:`, `run:`, `completion:` + the rule column "
+           "above, `cancel.attempt:STATUS/LEASE`, `cancel.step:ROW/timeout|other` (ROW `terminal` for every "
+           "terminal status) and `decision:`. The model reports the ids of the rows that fired in "
+           "`Outcome.rules`. Rows declared unreachable:", "", _row("rule id", "why no v1 command reaches it"),
+           _row("---", "---")]
+    out += [_row(rid, clause) for rid, clause in rules.UNREACHABLE.items()]
+    return out
 
 
 # the test modules and the mutant manifest that tests/test_mutants.py runs

@@ -31,15 +31,6 @@ RULE_STEP_BLOCKED_RUNNING = "cancel.step.blocked: running (never write a false t
 RULE_STEP_MUTATE = "cancel.step.mutate: not executing, moved to the reason's target"
 
 
-def cancel_step_witness(rule: str, status: str, reason_kind: str) -> str:
-    """Coverage witness id of the StepRun decision-table row that `rule` names."""
-    return {
-        RULE_STEP_SKIP: "cancel.step:terminal",
-        RULE_STEP_BLOCKED_ATTEMPT: "cancel.step:blocked_attempt",
-        RULE_STEP_BLOCKED_RUNNING: "cancel.step:running",
-    }.get(rule, f"cancel.step:mutate.{status}/{reason_kind}")
-
-
 def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]) -> Record:
     """cancellation.md §3 item 8 for one active entry; its attempt is a ql3 snapshot (records.md §6.7)."""
     fail = CANCEL_FAIL
@@ -185,7 +176,8 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
             explain[s["id"]] = RULE_STEP_MUTATE
         d = ids.cancellation_hash(run["id"], requested, "step", s["id"], s["version"])
         command: Record = {"expectedVersion": s["version"], "expectedDigest": s["stepRunDigest"],
-                           "mutationId": f"wcm:{d}", "to": step_decision.target, "atMs": observed,
+                           "mutationId": ids.CONVERGE_MUTATION_PREFIX + d, "to": step_decision.target,
+                           "atMs": observed,
                            "resultCode": step_decision.result_code}
         if step_decision.error_summary is not None:
             command["errorSummary"] = step_decision.error_summary

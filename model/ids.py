@@ -5,6 +5,12 @@ from __future__ import annotations
 from . import tables as T
 from .canonical import id_hash
 
+# Mutation-id prefixes of the StepRun paths that are not built in one recipe below (records.md §7).
+ADMISSION_MUTATION_PREFIX = "wfm:"
+FRONTIER_MUTATION_PREFIX = "workflow-frontier:"
+WORKER_MUTATION_PREFIX = "wxm:"
+CONVERGE_MUTATION_PREFIX = "wcm:"
+
 
 def admission_event_id(pd: str) -> str:
     return f"wfa:{pd[:32]}"
@@ -15,7 +21,7 @@ def admission_step_event_id(pd: str, i: int) -> str:
 
 
 def admission_step_mutation_id(pd: str, i: int) -> str:
-    return f"wfm:{pd[:56]}:{i}"
+    return f"{ADMISSION_MUTATION_PREFIX}{pd[:56]}:{i}"
 
 
 def frontier_step_hash(pd: str, step_run_id: str, version: int, target: str) -> str:
@@ -25,7 +31,7 @@ def frontier_step_hash(pd: str, step_run_id: str, version: int, target: str) -> 
 def frontier_step_ids(pd: str, step_run_id: str, version: int, target: str) -> tuple[str, str]:
     """(mutationId, eventId) of a frontier step transition."""
     h = frontier_step_hash(pd, step_run_id, version, target)
-    return f"workflow-frontier:{h}", f"wff:{h[:32]}"
+    return f"{FRONTIER_MUTATION_PREFIX}{h}", f"wff:{h[:32]}"
 
 
 def frontier_terminal_event_id(pd: str, run_version: int, status: str) -> str:
@@ -52,6 +58,15 @@ RECOVERY_PREFIXES = {
     "lost_event": "wle:",
     "failed_mutation": "wrf:",
     "failed_event": "wfe:",
+}
+
+# StepRun path -> the prefixes of the mutation ids it writes (a StepRun's lastMutationId names its path).
+STEP_MUTATION_PREFIXES = {
+    "admit": (ADMISSION_MUTATION_PREFIX,),
+    "frontier": (FRONTIER_MUTATION_PREFIX,),
+    "worker": (WORKER_MUTATION_PREFIX,),
+    "recover": tuple(RECOVERY_PREFIXES[f"{k}_mutation"] for k in ("requeue", "lost", "failed")),
+    "converge": (CONVERGE_MUTATION_PREFIX,),
 }
 
 
@@ -83,4 +98,4 @@ def task_execution_step_ids(run_id: str, attempt_id: str, lease_generation: int,
     """(mutationId, eventId) of a worker-path StepRun mutation."""
     assert kind in TASK_EXECUTION_STEP_KINDS
     x = task_execution_hash(run_id, attempt_id, lease_generation, kind)
-    return f"wxm:{x}", f"wxe:{x}"
+    return f"{WORKER_MUTATION_PREFIX}{x}", f"wxe:{x}"

@@ -375,14 +375,7 @@ def _step_values_ok(v: tuple[Any, ...]) -> bool:
     )
 
 
-_STEP_TIMESTAMP_SHAPE = {  # status → (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free
-    "pending": (False, False, False),
-    "ready": (True, False, False),
-    "waiting_approval": (True, False, False),
-    "running": (True, True, False),
-    "lost": (True, True, False),
-    **{s: (None, None, True) for s in T.TERMINAL_STEP},
-}
+_STEP_TIMESTAMP_SHAPE = T.STEP_TIMESTAMP_SHAPE
 
 
 _TERMINAL_SHAPE = (None, None, True)

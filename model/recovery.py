@@ -19,6 +19,8 @@ from .records import (
 from .steprun import transition_step_run_mutation
 from .values import is_int, is_int31, is_object, is_timestamp, same
 
+P = ids.RECOVERY_PREFIXES
+
 RECOVERY_FAIL = Failer(T.FAMILIES["task_recovery"].invalid or "", "input_invalid")
 RECOVERY_INPUT_KEYS = ("admission", "run", "attempt", "stepRun", "reason", "observedAtMs")
 SYSTEM_ACTOR: Record = {"type": "system"}
@@ -94,7 +96,8 @@ def build_task_recovery(inp: Any) -> Record:
     v += 1
     s += 1
     attempt_event = make_event(
-        event_id=f"wra:{r}", run_id=run["id"], sequence=s, type_="workflow.task_attempt.lost", actor=SYSTEM_ACTOR,
+        event_id=P["attempt_event"] + r, run_id=run["id"], sequence=s, type_="workflow.task_attempt.lost",
+        actor=SYSTEM_ACTOR,
         attempt_id=attempt["id"], step_run_id=step_run["id"], created_at_ms=at,
         payload={"execution_scope": T.EXECUTION_SCOPE, "attempt_id": attempt["id"], "step_run_id": step_run["id"],
                  "from_status": attempt["status"], "to_status": "lost", "reason": reason,
@@ -104,13 +107,14 @@ def build_task_recovery(inp: Any) -> Record:
     failure = {"resultCode": codes.step_result_code or "", "errorSummary": codes.step_error_summary or ""}
     if reason == "unstarted_claim_expired":
         disposition = "requeued"
-        plan_steps = [("ready", "wrq:", "wqe:", {})]
+        plan_steps = [("ready", P["requeue_mutation"], P["requeue_event"], {})]
     elif attempt["status"] == "starting":
         disposition = "failed"
-        plan_steps = [("failed", "wrf:", "wfe:", failure)]
+        plan_steps = [("failed", P["failed_mutation"], P["failed_event"], failure)]
     else:
         disposition = "failed"
-        plan_steps = [("lost", "wrl:", "wle:", failure), ("failed", "wrf:", "wfe:", failure)]
+        plan_steps = [("lost", P["lost_mutation"], P["lost_event"], failure),
+                      ("failed", P["failed_mutation"], P["failed_event"], failure)]
     mutations = []
     current = step_run
     for to, mprefix, eprefix, extra in plan_steps:

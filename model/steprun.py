@@ -121,30 +121,26 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
         fail("StepRun version would overflow")
 
     nxt = dict(cur)
-    nxt["outputRef"] = None
-    nxt["resultCode"] = None
-    nxt["errorSummary"] = None
-    if to == "ready":
-        nxt["readyAtMs"] = cur["readyAtMs"] if cur["readyAtMs"] is not None else at
-        nxt["startedAtMs"] = None
-        nxt["finishedAtMs"] = None
-        nxt["approvalRequestId"] = None
-    elif to == "waiting_approval":
-        nxt["approvalRequestId"] = supplied["approvalRequestId"]
-    elif to == "running":
-        nxt["startedAtMs"] = at
-        nxt["finishedAtMs"] = None
-        nxt["attemptCount"] = cur["attemptCount"] + 1
-        if "approvalRequestId" in supplied:
-            nxt["approvalRequestId"] = supplied["approvalRequestId"]
-    elif to == "lost":
-        nxt["resultCode"] = supplied["resultCode"]
-        nxt["errorSummary"] = supplied.get("errorSummary")
-    else:  # terminal
-        nxt["finishedAtMs"] = at
-        nxt["outputRef"] = supplied.get("outputRef")
-        nxt["resultCode"] = supplied.get("resultCode")
-        nxt["errorSummary"] = supplied.get("errorSummary")
+    for key in T.STEP_FIELDS_RESET:
+        nxt[key] = None
+    for field, effect in T.STEP_FIELD_EFFECTS[to]:  # §3.2 field effects, read from the table
+        if effect == "at":
+            nxt[field] = at
+        elif effect == "null":
+            nxt[field] = None
+        elif effect == "kept_or_at":
+            nxt[field] = cur[field] if cur[field] is not None else at
+        elif effect == "increment":
+            nxt[field] = cur[field] + 1
+        elif effect == "supplied":
+            nxt[field] = supplied[field]
+        elif effect == "supplied_or_null":
+            nxt[field] = supplied.get(field)
+        elif effect == "supplied_if_given":
+            if field in supplied:
+                nxt[field] = supplied[field]
+        else:
+            raise AssertionError(f"STEP_FIELD_EFFECTS has an unknown effect {effect!r}")
     nxt["status"] = to
     nxt["version"] = cur["version"] + 1
     nxt["updatedAtMs"] = at

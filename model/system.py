@@ -28,8 +28,8 @@ from .attempts import (
     lease_is_live,
 )
 from .cancellation import (
+    RULE_STEP_BLOCKED_ATTEMPT,
     accumulate_page,
-    cancel_step_witness,
     check_page_result,
     page_outcome,
     resolve_cancellation,
@@ -57,6 +57,7 @@ from .records import (
     shared_task_receipt,
 )
 from .recovery import build_task_recovery
+from .rules import require
 from .state import State, Tx
 from .steprun import ledger_entry, transition_step_run_mutation
 from .values import (
@@ -103,8 +104,9 @@ class Ctx:
     def unavailable(self, reason: str, message: str = "") -> Unavailable:
         return Unavailable(self.family.unavailable or "", reason, message)
 
-    def fire(self, rule: str) -> None:
-        self.rules.append(rule)
+    def fire(self, rule_id: str) -> None:
+        """Record that the row `rule_id` of a rule table decided this command (UnknownRule if none has it)."""
+        self.rules.append(require(rule_id))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -369,7 +371,7 @@ def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     if same_id:
         if same_id[0]["planDigest"] == plan["planDigest"]:
             _verify_frozen_evidence(state, ctx, bundle)
-            ctx.fire("admit.replay")
+            ctx.fire(T.decision("admit.replay").id)
             return {"status": "existing", "receipt": same_id[0]["receipt"]}, state
         raise ctx.conflict("plan_id_conflict", f"planId {plan['planId']} is admitted with another digest")
     if plan["runId"] in state.runs or state.admission_of_run(plan["runId"]):
@@ -383,12 +385,12 @@ def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         tx.table("step_runs")[m["stepRun"]["id"]] = m["stepRun"]
         tx.append_event(m["event"])
         tx.table("mutations")[m["mutationId"]] = entry
-        ctx.fire(f"step:admit.{m['stepRun']['status']}")
+        ctx.fire(T.step_row("admit_workflow", None, m["stepRun"]["status"]).id)
     tx.table("admissions")[plan["planDigest"]] = {"planDigest": plan["planDigest"], "plan": plan,
                                                   "receipt": bundle["receipt"]}
     for step_entry in admission_step_entries(plan, bundle):
         tx.table("admission_steps")[(step_entry["planDigest"], step_entry["stepKey"])] = step_entry
-    ctx.fire("run:admit")
+    ctx.fire(T.run_row("admit_workflow", None, "running").id)
     return {"status": "created", "receipt": bundle["receipt"]}, tx.commit()
 
 
@@ -413,14 +415,14 @@ def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     if run["status"] != "running":
         if mutations or res["terminalStatus"] != run["status"]:
             raise ctx.unavailable("terminal_drift", "terminal Run does not recompute to its status")
-        ctx.fire("frontier.settled")
+        ctx.fire(T.decision("frontier.settled").id)
         return {"status": "settled", **base, "stepMutationCount": 0, "readyStepRunIds": [],
                 "terminalStatus": run["status"], "runVersion": run["version"],
                 "runEventSequence": run["eventSequence"], "observedAtMs": ctx.now}, state
     terminal = res["terminalTransition"]
     increment = len(mutations) + (1 if terminal else 0)
     if increment == 0:
-        ctx.fire("frontier.unchanged")
+        ctx.fire(T.decision("frontier.unchanged").id)
         return {"status": "unchanged", **base, "stepMutationCount": 0, "readyStepRunIds": res["readyStepRunIds"],
                 "terminalStatus": None, "runVersion": run["version"], "runEventSequence": run["eventSequence"],
                 "observedAtMs": ctx.now}, state
@@ -428,7 +430,7 @@ def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     tx = Tx(state, ctx.now)
     for m in mutations:
         put_mutation(tx, m)
-        ctx.fire(f"step:frontier.{'ready' if m['stepRun']['status'] == 'ready' else 'skip'}")
+        ctx.fire(T.step_row("advance_frontier", m["previousStatus"], m["stepRun"]["status"]).id)
     new_run = bump_run(tx, run, increment)
     if terminal:
         new_run["status"] = terminal["status"]
@@ -436,7 +438,7 @@ def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         if terminal["errorCode"] is not None:
             new_run["errorCode"] = terminal["errorCode"]
         tx.append_event(terminal["event"])
-        ctx.fire(f"run:frontier.{terminal['status']}")
+        ctx.fire(T.run_row("advance_frontier", "running", terminal["status"]).id)
     put_run(tx, new_run)
     status = "terminal" if terminal else "advanced"
     return {"status": status, **base, "stepMutationCount": len(mutations),
@@ -461,7 +463,7 @@ def admit_task_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State
             raise ctx.unavailable("receipt_drift", "receipt epoch digest differs from the StepRun")
         if any(existing[k] != binding[k] for k in binding):
             raise ctx.conflict("binding_mismatch", "this epoch was admitted with another binding")
-        ctx.fire("task_admission.replay")
+        ctx.fire(T.decision("task_admission.replay").id)
         return {"status": "existing", "receipt": existing, "attempt": state.attempts[existing["attemptId"]]}, state
     if step["status"] != "ready":
         raise ctx.conflict("step_not_ready", f"StepRun {step['id']} is {step['status']}")
@@ -492,7 +494,7 @@ def admit_task_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State
     put_attempt(tx, b["attempt"])
     tx.append_event(b["event"])
     tx.table("receipts")[b["attempt"]["id"]] = b["receipt"]
-    ctx.fire("attempt:admit")
+    ctx.fire(T.attempt_row("admit_task_attempt", None, "claimed").id)
     return {"status": "created", "receipt": b["receipt"], "attempt": b["attempt"]}, tx.commit()
 
 
@@ -532,7 +534,7 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     a, run, lease = la.attempt, la.loaded.run, la.lease
 
     def answer(status: str, reason: str | None = None) -> tuple[Record, State]:
-        ctx.fire(f"claim.{status}" + (f".{reason}" if reason else ""))
+        ctx.fire(T.decision(f"claim.{status}").id)
         return {"status": status, "reason": reason, "lease": lease}, state
 
     if a["status"] != "claimed":
@@ -552,12 +554,12 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     if lease is None:
         new_lease = {"attemptId": a["id"], "runId": a["runId"], "status": "leased", "version": 0,
                      "leaseGeneration": 1, "workerId": worker}
-        ctx.fire("lease:claim.new")
+        ctx.fire(T.lease_row("claim_lease", None, "leased").id)
     else:
         new_lease = {k: lease[k] for k in ("attemptId", "runId")} | {
             "status": "leased", "version": lease["version"] + 1, "leaseGeneration": lease["leaseGeneration"] + 1,
             "workerId": worker}
-        ctx.fire("lease:claim.released" if lease["status"] == "released" else "lease:claim.expired")
+        ctx.fire(T.lease_row("claim_lease", lease["status"], "leased").id)
     new_lease |= {"acquiredAtMs": now, "renewedAtMs": now, "expiresAtMs": now + args["durationMs"],
                   "updatedAtMs": now}
     _ceiling(ctx, run["version"] + 1, new_lease["version"], new_lease["leaseGeneration"])
@@ -572,7 +574,7 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         lambda _v: {"attempt_id": a["id"], "lease_generation": gen, "execution_scope": T.EXECUTION_SCOPE,
                     "from_status": "ready", "to_status": "ready"}, now))
     put_run(tx, bump_run(tx, run, 1))
-    ctx.fire("attempt:claim")
+    ctx.fire(T.attempt_row("claim_lease", "claimed", "claimed").id)
     return {"status": "claimed", "reason": None, "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
@@ -613,11 +615,11 @@ def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     put_lease(tx, new_lease)
     new_attempt = a | {"leaseVersion": new_lease["version"], "leaseExpiresAtMs": new_lease["expiresAtMs"]}
     put_attempt(tx, new_attempt)
-    ctx.fire("lease:renew")
-    ctx.fire(f"attempt:renew.{a['status']}")
+    ctx.fire(T.lease_row("renew_lease", "leased", "leased").id)
+    ctx.fire(T.attempt_row("renew_lease", a["status"], a["status"]).id)
     if "cancelRequestedAtMs" in run:
         status, reason = "stop_requested", run["cancelReason"]
-        ctx.fire("renew.stop.intent")
+        ctx.fire(T.decision("renew.stop.intent").id)
     elif writes_request:
         counter = RunCounter(run)
         tx.append_event(_attempt_event(
@@ -627,13 +629,13 @@ def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                        "lease_generation": lease["leaseGeneration"], "deadline_at_ms": deadline, "version": v}, now))
         put_run(tx, bump_run(tx, run, 1))
         status, reason = "stop_requested", "timeout"
-        ctx.fire("renew.stop.timeout_written")
+        ctx.fire(T.decision("renew.stop.timeout_written").id)
     elif deadline is not None and deadline <= now:
         status, reason = "stop_requested", "timeout"
-        ctx.fire("renew.stop.timeout_repeat")
+        ctx.fire(T.decision("renew.stop.timeout_repeat").id)
     else:
         status, reason = "renewed", None
-        ctx.fire("renew.renewed")
+        ctx.fire(T.decision("renew.renewed").id)
     return {"status": status, "reason": reason, "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
@@ -646,7 +648,7 @@ def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     a, run, lease = la.attempt, la.loaded.run, la.lease
     if lease is not None and lease["status"] == "released" and _same_holder(lease, args):
         if lease["releaseReason"] == args["reason"]:
-            ctx.fire("release.replay")
+            ctx.fire(T.decision("release.replay").id)
             return {"status": "already_released", "lease": lease}, state
         raise ctx.conflict("replay_mismatch", "the lease was released with another reason")
     _fence(ctx, la, args)
@@ -667,8 +669,8 @@ def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         lambda _v: {"attempt_id": a["id"], "lease_generation": gen, "execution_scope": T.EXECUTION_SCOPE,
                     "from_status": "ready", "to_status": "ready", "release_reason": args["reason"]}, now))
     put_run(tx, bump_run(tx, run, 1))
-    ctx.fire("lease:release")
-    ctx.fire("attempt:release")
+    ctx.fire(T.lease_row("release_lease", "leased", "released").id)
+    ctx.fire(T.attempt_row("release_lease", "claimed", "claimed").id)
     return {"status": "released", "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
@@ -682,7 +684,7 @@ def start_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run = la.attempt, la.loaded.run
     if a["status"] in ("starting", "running") and _same_holder(la.lease, args):
-        ctx.fire(f"start.replay.{a['status']}")
+        ctx.fire(T.decision(f"start.replay.{a['status']}").id)
         return {"status": f"already_{a['status']}", "attempt": a}, state
     _fence(ctx, la, args)
     if a["status"] != "claimed":
@@ -707,7 +709,7 @@ def start_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                    "from_status": "claimed", "to_status": "starting", "lease_generation": gen,
                    "deadline_at_ms": new_attempt.get("deadlineAtMs"), "version": v}, now))
     put_run(tx, bump_run(tx, run, 1))
-    ctx.fire("attempt:start")
+    ctx.fire(T.attempt_row("start_attempt", "claimed", "starting").id)
     return {"status": "starting", "attempt": canonical(new_attempt, ATTEMPT_KEYS)}, tx.commit()
 
 
@@ -718,7 +720,7 @@ def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run, step = la.attempt, la.loaded.run, la.step
     if a["status"] == "running" and _same_holder(la.lease, args):
-        ctx.fire("running.replay")
+        ctx.fire(T.decision("running.replay").id)
         return {"status": "already_running", "attempt": a}, state
     _fence(ctx, la, args)
     if a["status"] != "starting":
@@ -744,8 +746,8 @@ def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     _mutate(ctx, tx, counter, step, "running", actor,
             ids.task_execution_step_ids(a["runId"], a["id"], gen, "step_running"))
     put_run(tx, bump_run(tx, run, 2))
-    ctx.fire("attempt:running")
-    ctx.fire("step:running.record")
+    ctx.fire(T.attempt_row("record_running", "starting", "running").id)
+    ctx.fire(T.step_row("record_running", "ready", "running").id)
     return {"status": "running", "attempt": canonical(new_attempt, ATTEMPT_KEYS)}, tx.commit()
 
 
@@ -769,7 +771,7 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
         step = _mutate(ctx, tx, counter, step, "running", actor,
                        ids.task_execution_step_ids(a["runId"], a["id"], gen, "step_running"))
         new_attempt |= {"startedAtMs": now, "callbackSequence": a["callbackSequence"] + 1}
-        ctx.fire("step:running.synthetic")
+        ctx.fire(T.step_row("complete_attempt", "ready", "running").id)
     elif command == "fail_start":
         new_attempt["callbackSequence"] = a["callbackSequence"] + 1
     new_lease = lease | {"status": "completed", "version": lease["version"] + 1, "completedAtMs": now,
@@ -791,14 +793,14 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
             ids.task_execution_step_ids(a["runId"], a["id"], gen, "step_terminal"),
             codes.step_result_code, codes.step_error_summary)
     put_run(tx, bump_run(tx, run, k))
-    ctx.fire(f"completion:{rule.rule}")
-    ctx.fire("lease:complete.fail_start" if command == "fail_start" else "lease:complete.completion")
+    ctx.fire(rule.id)
+    ctx.fire(T.lease_row(command, "leased", "completed").id)
     if command == "fail_start":
-        ctx.fire(f"attempt:fail_start.{target}")
-        ctx.fire(f"step:fail_start.{target}")
+        ctx.fire(T.attempt_row(command, "starting", target).id)
+        ctx.fire(T.step_row(command, "ready", target).id)
     else:
-        ctx.fire(f"attempt:complete_from_{a['status']}.{target}")
-        ctx.fire(f"step:complete.{target}")
+        ctx.fire(T.attempt_row(command, a["status"], target).id)
+        ctx.fire(T.step_row(command, "running", target).id)
     result = {"status": "start_failed" if command == "fail_start" else "completed", "attemptStatus": target,
               "attempt": canonical(new_attempt, ATTEMPT_KEYS)}
     return result, tx.commit()
@@ -808,7 +810,7 @@ def _terminal_replay(ctx: Ctx, la: LoadedAttempt, args: dict[str, Any]) -> Recor
     a, lease = la.attempt, la.lease
     if a["status"] in T.TERMINAL_ATTEMPT and lease is not None and lease["status"] == "completed" \
             and _same_holder(lease, args):
-        ctx.fire("finish.replay")
+        ctx.fire(T.decision("finish.replay").id)
         return {"status": "already_terminal", "attemptStatus": a["status"], "attempt": a}
     return None
 
@@ -872,10 +874,10 @@ def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     if a["status"] == "claimed":
         reason = "unstarted_claim_expired"
     elif args["evidence"] == "running":
-        ctx.fire("recover.retry")
+        ctx.fire(T.decision("recover.retry").id)
         return {"status": "retry", "attempt": a}, state
     elif args["evidence"] == "unknown":
-        ctx.fire("recover.manual")
+        ctx.fire(T.decision("recover.manual").id)
         return {"status": "manual", "attempt": a}, state
     else:
         reason = "execution_not_running"
@@ -897,15 +899,15 @@ def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     for m in b["stepMutations"]:
         put_mutation(tx, m)
     put_run(tx, b["run"])
-    ctx.fire("lease:recover")
-    ctx.fire(f"attempt:recover.{a['status']}")
+    ctx.fire(T.lease_row("recover_attempt", "leased", "released").id)
+    ctx.fire(T.attempt_row("recover_attempt", a["status"], "lost").id)
     if reason == "unstarted_claim_expired":
-        ctx.fire("step:recover.requeue")
+        ctx.fire(T.step_row("recover_attempt", "ready", "ready").id)
     elif a["status"] == "starting":
-        ctx.fire("step:recover.starting_failed")
+        ctx.fire(T.step_row("recover_attempt", "ready", "failed").id)
     else:
-        ctx.fire("step:recover.running_lost")
-        ctx.fire("step:recover.lost_failed")
+        ctx.fire(T.step_row("recover_attempt", "running", "lost").id)
+        ctx.fire(T.step_row("recover_attempt", "lost", "failed").id)
     return {"status": b["disposition"], "attempt": canonical(new_attempt, ATTEMPT_KEYS)}, tx.commit()
 
 
@@ -926,7 +928,7 @@ def request_cancel(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                 "cancelReason": r["cancelReason"], "runVersion": r["version"]}
 
     if "cancelRequestedAtMs" in run:
-        ctx.fire("cancel_request.existing")
+        ctx.fire(T.decision("cancel_request.existing").id)
         return answer("existing", run), state
     if run["status"] != "running":
         raise ctx.conflict("run_terminal", f"Run is {run['status']}")
@@ -940,7 +942,7 @@ def request_cancel(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         payload={"cancel_reason": args["reason"], "cancel_requested_at_ms": now, "version": new_run["version"]},
         created_at_ms=now))
     put_run(tx, new_run)
-    ctx.fire("run:request_cancel")
+    ctx.fire(T.run_row("request_cancel", "running", "running").id)
     return answer("requested", canonical(new_run, RUN_KEYS)), tx.commit()
 
 
@@ -954,7 +956,7 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
     if run["status"] != "running":
         if run["status"] != T.CANCEL_REASON_TARGET[run["cancelReason"]].status:
             raise ctx.unavailable("terminal_drift", "terminal status disagrees with the cancel reason")
-        ctx.fire("converge.settled")
+        ctx.fire(T.decision("converge.settled").id)
         return {"status": "settled", "runId": run["id"], "settledAttempts": 0, "stepMutationCount": 0,
                 "blockedAttemptIds": [], "blockedStepRunIds": [], "terminalStatus": run["status"],
                 "runVersion": run["version"], "runEventSequence": run["eventSequence"],
@@ -979,22 +981,23 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
         raise ctx.unavailable("resolution_failed", e.message) from e
     for active_entry in active:
         fired = active_entry["attempt"]
-        ctx.fire(f"cancel.attempt:{fired['status']}/{active_entry['leaseStatus']}")
-    kind = "timeout" if run["cancelReason"] == "timeout" else "other"
-    for s in steps:
-        ctx.fire(cancel_step_witness(explain[s["id"]], s["status"], kind))
+        ctx.fire(T.cancel_attempt_id(fired["status"], active_entry["leaseStatus"]))
+    timeout = run["cancelReason"] == "timeout"
+    for s in steps:  # a StepRun held by a blocked attempt is decided before the table is read (§5)
+        held = explain[s["id"]] == RULE_STEP_BLOCKED_ATTEMPT
+        ctx.fire(T.decision("converge.step_held").id if held else T.cancel_step_id(s["status"], timeout))
     tx = Tx(state, ctx.now)
     for t in res["attemptTransitions"]:
         put_attempt(tx, t["attempt"])
         tx.append_event(t["event"])
-        ctx.fire(f"attempt:converge.{t['attempt']['status']}")
+        ctx.fire(T.attempt_row("converge_cancellation", "claimed", t["attempt"]["status"]).id)
     for m in res["stepMutations"]:
         put_mutation(tx, m)
-        ctx.fire(f"step:converge.{_converge_rule(m)}")
+        ctx.fire(T.step_row("converge_cancellation", m["previousStatus"], m["stepRun"]["status"]).id)
     terminal = res["terminalTransition"]
     if terminal:
         tx.append_event(terminal["event"])
-        ctx.fire(f"run:converge.{terminal['status']}")
+        ctx.fire(T.run_row("converge_cancellation", "running", terminal["status"]).id)
     if res["run"]["version"] != run["version"] or res["run"]["status"] != run["status"]:
         put_run(tx, res["run"])
     status = "terminal" if terminal else "blocked"
@@ -1004,11 +1007,6 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
               "terminalStatus": terminal["status"] if terminal else None, "runVersion": res["run"]["version"],
               "runEventSequence": res["run"]["eventSequence"], "observedAtMs": ctx.now}
     return result, tx.commit()
-
-
-def _converge_rule(m: Record) -> str:
-    prev = {"waiting_approval": "waiting"}.get(m["previousStatus"], m["previousStatus"])
-    return f"{prev}_{m['stepRun']['status']}"
 
 
 def converge_cancellation(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
@@ -1066,7 +1064,7 @@ def converge_cancellation_page(state: State, ctx: Ctx, args: Any) -> tuple[Recor
     result = {"scanned": scanned, "settledRuns": runs, "settledAttempts": attempts, "blocked": blocked,
               "hasMore": bool(_cancellation_candidates(current)), "next": next_cursor, "outcomes": outcomes}
     check_page_result(limit, result)
-    ctx.fire("page")
+    ctx.fire(T.decision("page").id)
     return result, current
 
 
@@ -1126,7 +1124,7 @@ def _query(rows_fn: Callable[[State, Ctx], Rows]) -> Callable[..., tuple[Record,
         if len(rows) > limit:
             _, cursor_keys = T.QUERY_PAGES[ctx.command]
             result["next"] = {k: page[-1][k] for k, _ in cursor_keys}
-        ctx.fire(f"query.{ctx.command}")
+        ctx.fire(T.decision(f"query.{ctx.command}").id)
         return result, state
     return run
 

@@ -6,7 +6,7 @@ generator and the coverage witnesses read. Sections refer to ../shared/spec/.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 # --- records.md §2.1 schema strings -----------------------------------------------------------
 SCHEMA_PLAN: Final = "qinglong/plugin-package-workflow-execution-plan@v1"
@@ -102,6 +102,8 @@ BLOCKING_STEP: Final = frozenset({"failed", "skipped", "cancelled", "timed_out"}
 OPEN_STEP: Final = frozenset({"pending", "ready", "waiting_approval", "running", "lost"})
 ACTIVE_ATTEMPT: Final = frozenset({"claimed", "starting", "running"})
 TERMINAL_ATTEMPT: Final = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+# ACTIVE_ATTEMPT in the order of ATTEMPT_STATUSES, for storage queries that list it (SQL IN-lists).
+ACTIVE_ATTEMPT_STATUSES: Final = tuple(s for s in ATTEMPT_STATUSES if s in ACTIVE_ATTEMPT)
 
 # --- records.md §2.5 fixed codes and texts -------------------------------------------------------
 CODE_TEXTS: Final = {
@@ -133,25 +135,52 @@ def aggregate(statuses: list[str] | tuple[str, ...]) -> str | None:
     return "succeeded"
 
 
+# --- rule ids ------------------------------------------------------------------------------------
+class UnknownRule(LookupError):
+    """A rule id, or a row key, that no table below has: a bug at a fire site or in a registry, never input."""
+
+
+def _by_move(rows: tuple[Any, ...], command: str, source: str | None, target: str) -> Any:
+    """The row of `rows` for (command, source, target): the model fires rows, found by the move they make."""
+    for row in rows:
+        if row.command == command and row.source == source and row.target == target:
+            return row
+    raise UnknownRule(f"no row for {command}: {source} -> {target}")
+
+
 # --- state-machines.md §2 Run transitions ------------------------------------------------------
 class RunTransition(NamedTuple):
+    rule: str
     source: str | None
     target: str
     command: str
     guard: str
 
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"run:{self.rule}"
+
 
 RUN_TRANSITIONS: Final = (
-    RunTransition(None, "running", "admit_workflow", "valid plan, planId and runId unused"),
-    RunTransition("running", "running", "request_cancel", "no intent yet (intent recorded)"),
-    *(RunTransition("running", t, "advance_frontier", "no intent; every StepRun terminal")
+    RunTransition("admit", None, "running", "admit_workflow", "valid plan, planId and runId unused"),
+    RunTransition("request_cancel", "running", "running", "request_cancel", "no intent yet (intent recorded)"),
+    *(RunTransition(f"frontier.{t}", "running", t, "advance_frontier", "no intent; every StepRun terminal")
       for t in ("succeeded", "failed", "timed_out", "cancelled")),
-    RunTransition("running", "cancelled", "converge_cancellation", "intent, reason != timeout"),
-    RunTransition("running", "timed_out", "converge_cancellation", "intent, reason = timeout"),
+    RunTransition("converge.cancelled", "running", "cancelled", "converge_cancellation", "intent, reason != timeout"),
+    RunTransition("converge.timed_out", "running", "timed_out", "converge_cancellation", "intent, reason = timeout"),
 )
 
+
+def run_row(command: str, source: str | None, target: str) -> RunTransition:
+    row: RunTransition = _by_move(RUN_TRANSITIONS, command, source, target)
+    return row
+
+
 # --- state-machines.md §3.1 StepRun transitions --------------------------------------------------
-STEP_TRANSITIONS: Final = {
+# The graph as §3.1 draws it; STEP_TRANSITIONS (below STEP_PERFORMERS) adds every move a v1 performer
+# makes, so a performer row changed by an ADR is never refused by transition check 5.
+_STEP_GRAPH: Final = {
     "pending": frozenset({"ready", "skipped", "cancelled"}),
     "ready": frozenset({"ready", "waiting_approval", "running", "failed", "skipped", "cancelled", "timed_out"}),
     "waiting_approval": frozenset({"ready", "running", "cancelled", "timed_out"}),
@@ -164,45 +193,46 @@ STEP_TRANSITIONS: Final = {
     "timed_out": frozenset(),
 }
 
+# records.md §6.3: status -> (readyAtMs set?, startedAtMs set?, finishedAtMs set?); None = free.
+STEP_TIMESTAMP_SHAPE: Final = {
+    "pending": (False, False, False),
+    "ready": (True, False, False),
+    "waiting_approval": (True, False, False),
+    "running": (True, True, False),
+    "lost": (True, True, False),
+    **{s: (None, None, True) for s in TERMINAL_STEP},
+}
+
+
+class FieldEffect(NamedTuple):
+    """One effect of §3.2's field-effects table: how a transition to a target sets `field`.
+
+    effect: "at" (= atMs), "null", "kept_or_at" (current value if set, else atMs), "increment",
+    "supplied" (the command's value, required by check 7), "supplied_or_null", "supplied_if_given"
+    (the command's value if it has one, else the field carries over)."""
+
+    field: str
+    effect: str
+
+
+# Fields every transition nulls unless the target's row sets them (§3.2 "every target").
+STEP_FIELDS_RESET: Final = ("outputRef", "resultCode", "errorSummary")
+_TERMINAL_EFFECTS: Final = (FieldEffect("finishedAtMs", "at"), FieldEffect("outputRef", "supplied_or_null"),
+                            FieldEffect("resultCode", "supplied_or_null"),
+                            FieldEffect("errorSummary", "supplied_or_null"))
+STEP_FIELD_EFFECTS: Final = {
+    "ready": (FieldEffect("readyAtMs", "kept_or_at"), FieldEffect("startedAtMs", "null"),
+              FieldEffect("finishedAtMs", "null"), FieldEffect("approvalRequestId", "null")),
+    "waiting_approval": (FieldEffect("approvalRequestId", "supplied"),),
+    "running": (FieldEffect("startedAtMs", "at"), FieldEffect("finishedAtMs", "null"),
+                FieldEffect("attemptCount", "increment"), FieldEffect("approvalRequestId", "supplied_if_given")),
+    "lost": (FieldEffect("resultCode", "supplied"), FieldEffect("errorSummary", "supplied_or_null")),
+    **{s: _TERMINAL_EFFECTS for s in sorted(TERMINAL_STEP)},
+}
+
 # Shape rules of transition check 7 as data: which optional keys each target requires / allows.
 STEP_RESULT_CODE_REQUIRED: Final = frozenset({"failed", "skipped", "cancelled", "timed_out", "lost"})
 STEP_ERROR_SUMMARY_ALLOWED: Final = frozenset({"failed", "timed_out", "lost"})
-
-
-class StepPerformer(NamedTuple):
-    """One row of state-machines.md §3.4: who performs a StepRun transition in v1."""
-
-    rule: str
-    source: str | None
-    target: str
-    command: str
-
-
-STEP_PERFORMERS: Final = (
-    StepPerformer("admit.ready", None, "ready", "admit_workflow"),
-    StepPerformer("admit.pending", None, "pending", "admit_workflow"),
-    StepPerformer("frontier.ready", "pending", "ready", "advance_frontier"),
-    StepPerformer("frontier.skip", "pending", "skipped", "advance_frontier"),
-    StepPerformer("running.record", "ready", "running", "record_running"),
-    StepPerformer("running.synthetic", "ready", "running", "complete_attempt"),
-    StepPerformer("fail_start.failed", "ready", "failed", "fail_start"),
-    StepPerformer("fail_start.cancelled", "ready", "cancelled", "fail_start"),
-    StepPerformer("fail_start.timed_out", "ready", "timed_out", "fail_start"),
-    StepPerformer("complete.succeeded", "running", "succeeded", "complete_attempt"),
-    StepPerformer("complete.failed", "running", "failed", "complete_attempt"),
-    StepPerformer("complete.cancelled", "running", "cancelled", "complete_attempt"),
-    StepPerformer("complete.timed_out", "running", "timed_out", "complete_attempt"),
-    StepPerformer("recover.requeue", "ready", "ready", "recover_attempt"),
-    StepPerformer("recover.starting_failed", "ready", "failed", "recover_attempt"),
-    StepPerformer("recover.running_lost", "running", "lost", "recover_attempt"),
-    StepPerformer("recover.lost_failed", "lost", "failed", "recover_attempt"),
-    StepPerformer("converge.pending_cancelled", "pending", "cancelled", "converge_cancellation"),
-    StepPerformer("converge.lost_cancelled", "lost", "cancelled", "converge_cancellation"),
-    StepPerformer("converge.ready_cancelled", "ready", "cancelled", "converge_cancellation"),
-    StepPerformer("converge.ready_timed_out", "ready", "timed_out", "converge_cancellation"),
-    StepPerformer("converge.waiting_cancelled", "waiting_approval", "cancelled", "converge_cancellation"),
-    StepPerformer("converge.waiting_timed_out", "waiting_approval", "timed_out", "converge_cancellation"),
-)
 
 
 # --- state-machines.md §4 Attempt transitions ----------------------------------------------------
@@ -212,6 +242,11 @@ class AttemptTransition(NamedTuple):
     target: str
     command: str
     run_delta: str
+
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"attempt:{self.rule}"
 
 
 ATTEMPT_TRANSITIONS: Final = (
@@ -237,12 +272,22 @@ ATTEMPT_TRANSITIONS: Final = (
 )
 
 
+def attempt_row(command: str, source: str | None, target: str) -> AttemptTransition:
+    row: AttemptTransition = _by_move(ATTEMPT_TRANSITIONS, command, source, target)
+    return row
+
+
 # --- state-machines.md §5 lease transitions ------------------------------------------------------
 class LeaseTransition(NamedTuple):
     rule: str
     source: str | None
     target: str
     command: str
+
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"lease:{self.rule}"
 
 
 LEASE_TRANSITIONS: Final = (
@@ -255,6 +300,11 @@ LEASE_TRANSITIONS: Final = (
     LeaseTransition("complete.fail_start", "leased", "completed", "fail_start"),
     LeaseTransition("complete.completion", "leased", "completed", "complete_attempt"),
 )
+
+def lease_row(command: str, source: str | None, target: str) -> LeaseTransition:
+    row: LeaseTransition = _by_move(LEASE_TRANSITIONS, command, source, target)
+    return row
+
 
 # --- cancellation.md §4 reason mapping -----------------------------------------------------------
 class ReasonTarget(NamedTuple):
@@ -302,6 +352,76 @@ CANCEL_ATTEMPT_TABLE: Final = {
 }
 
 
+def cancel_step_id(status: str, timeout: bool) -> str:
+    """Stable rule id of the CANCEL_STEP_TABLE row for (StepRun status, reason is timeout): the cells of
+    cancellation.md §4's table, whose one `terminal` row stands for every terminal status."""
+    if (status, timeout) not in CANCEL_STEP_TABLE:
+        raise UnknownRule(f"CANCEL_STEP_TABLE has no row ({status}, {timeout})")
+    row = "terminal" if status in TERMINAL_STEP else status
+    return f"cancel.step:{row}/{'timeout' if timeout else 'other'}"
+
+
+def cancel_attempt_id(status: str, lease_status: str | None) -> str:
+    """Stable rule id of the CANCEL_ATTEMPT_TABLE row for (attempt status, lease status)."""
+    if (status, lease_status) not in CANCEL_ATTEMPT_TABLE:
+        raise UnknownRule(f"CANCEL_ATTEMPT_TABLE has no row ({status}, {lease_status})")
+    return f"cancel.attempt:{status}/{lease_status}"
+
+
+class StepPerformer(NamedTuple):
+    """One row of state-machines.md §3.4: who performs a StepRun transition in v1."""
+
+    rule: str
+    source: str | None
+    target: str
+    command: str
+
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"step:{self.rule}"
+
+
+def _short(status: str) -> str:
+    return "waiting" if status == "waiting_approval" else status
+
+
+# The convergence rows are read off CANCEL_STEP_TABLE: one row per (status, target) it mutates.
+_CONVERGE_MOVES: Final = sorted({(s, d.target) for (s, _), d in CANCEL_STEP_TABLE.items()
+                                 if d.action == "mutate" and d.target is not None},
+                                key=lambda m: (STEP_STATUSES.index(m[0]), m[1]))
+
+STEP_PERFORMERS: Final = (
+    StepPerformer("admit.ready", None, "ready", "admit_workflow"),
+    StepPerformer("admit.pending", None, "pending", "admit_workflow"),
+    StepPerformer("frontier.ready", "pending", "ready", "advance_frontier"),
+    StepPerformer("frontier.skip", "pending", "skipped", "advance_frontier"),
+    StepPerformer("running.record", "ready", "running", "record_running"),
+    StepPerformer("running.synthetic", "ready", "running", "complete_attempt"),
+    StepPerformer("fail_start.failed", "ready", "failed", "fail_start"),
+    StepPerformer("fail_start.cancelled", "ready", "cancelled", "fail_start"),
+    StepPerformer("fail_start.timed_out", "ready", "timed_out", "fail_start"),
+    StepPerformer("complete.succeeded", "running", "succeeded", "complete_attempt"),
+    StepPerformer("complete.failed", "running", "failed", "complete_attempt"),
+    StepPerformer("complete.cancelled", "running", "cancelled", "complete_attempt"),
+    StepPerformer("complete.timed_out", "running", "timed_out", "complete_attempt"),
+    StepPerformer("recover.requeue", "ready", "ready", "recover_attempt"),
+    StepPerformer("recover.starting_failed", "ready", "failed", "recover_attempt"),
+    StepPerformer("recover.running_lost", "running", "lost", "recover_attempt"),
+    StepPerformer("recover.lost_failed", "lost", "failed", "recover_attempt"),
+    *(StepPerformer(f"converge.{_short(s)}_{t}", s, t, "converge_cancellation") for s, t in _CONVERGE_MOVES),
+)
+
+
+def step_row(command: str, source: str | None, target: str) -> StepPerformer:
+    row: StepPerformer = _by_move(STEP_PERFORMERS, command, source, target)
+    return row
+
+
+STEP_TRANSITIONS: Final = {
+    s: targets | {p.target for p in STEP_PERFORMERS if p.source == s} for s, targets in _STEP_GRAPH.items()}
+
+
 # --- task-attempts.md §7 completion mapping (first matching rule wins) ---------------------------
 class CompletionRule(NamedTuple):
     rule: str
@@ -311,6 +431,11 @@ class CompletionRule(NamedTuple):
     deadline_passed: bool | None
     exit_zero: bool | None
     status: str
+
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"completion:{self.rule}"
 
 
 COMPLETION_RULES: Final = (
@@ -470,3 +595,60 @@ QUERY_PAGES: Final = {
     "cancellation_candidates": (MAX_CANCELLATION_PAGE,
                                 (("cancelRequestedAtMs", "timestamp"), ("runId", "portable_id"))),
 }
+
+
+# --- commands.md §4: the decisions a command takes that move no status (replays, refusals by answer) --
+class CommandDecision(NamedTuple):
+    """A rule of a command's sequence that is not a status move of the tables above."""
+
+    rule: str
+    commands: tuple[str, ...]
+    outcome: str
+    guard: str
+
+    @property
+    def id(self) -> str:
+        """The row's stable rule id, as the model reports it in `Outcome.rules`."""
+        return f"decision:{self.rule}"
+
+
+COMMAND_DECISIONS: Final = (
+    CommandDecision("admit.replay", ("admit_workflow",), "existing", "same plan already admitted"),
+    CommandDecision("frontier.settled", ("advance_frontier",), "settled", "terminal Run recomputes to its status"),
+    CommandDecision("frontier.unchanged", ("advance_frontier",), "unchanged", "no StepRun to move, Run not terminal"),
+    CommandDecision("task_admission.replay", ("admit_task_attempt",), "existing", "the epoch already has its attempt"),
+    CommandDecision("claim.not_eligible", ("claim_lease",), "not_eligible",
+                    "attempt not claimed, Run not running or cancelling, epoch left, or lease completed "
+                    "(the first that holds is the answer's reason)"),
+    CommandDecision("claim.idempotent", ("claim_lease",), "idempotent", "live lease held by the same worker"),
+    CommandDecision("claim.leased", ("claim_lease",), "leased", "live lease held by another worker"),
+    CommandDecision("renew.stop.intent", ("renew_lease",), "stop_requested", "the Run has cancel intent"),
+    CommandDecision("renew.stop.timeout_written", ("renew_lease",), "stop_requested",
+                    "execution deadline passed: timeout intent written"),
+    CommandDecision("renew.stop.timeout_repeat", ("renew_lease",), "stop_requested",
+                    "execution deadline passed, timeout intent already written"),
+    CommandDecision("renew.renewed", ("renew_lease",), "renewed", "no intent, deadline not passed"),
+    CommandDecision("release.replay", ("release_lease",), "already_released", "same holder released it"),
+    CommandDecision("start.replay.starting", ("start_attempt",), "already_starting", "same holder, starting"),
+    CommandDecision("start.replay.running", ("start_attempt",), "already_running", "same holder, running"),
+    CommandDecision("running.replay", ("record_running",), "already_running", "same holder, running"),
+    CommandDecision("finish.replay", ("fail_start", "complete_attempt"), "already_terminal",
+                    "terminal attempt, completed lease of the same holder"),
+    CommandDecision("recover.retry", ("recover_attempt",), "retry", "evidence does not prove the claim unstarted"),
+    CommandDecision("recover.manual", ("recover_attempt",), "manual", "evidence does not prove it not running"),
+    CommandDecision("cancel_request.existing", ("request_cancel",), "existing", "intent already recorded"),
+    CommandDecision("converge.settled", ("converge_cancellation",), "settled", "terminal Run agrees with its reason"),
+    CommandDecision("converge.step_held", ("converge_cancellation",), "blocked",
+                    "cancellation.md §5: the StepRun has a blocked active attempt (the §4 table is not read)"),
+    CommandDecision("page", ("converge_cancellation_page",), "page", "one cancellation page"),
+    *(CommandDecision(f"query.{q}", (q,), "page", "one candidate page") for q in QUERY_COMMANDS),
+)
+_DECISIONS_BY_RULE: Final = {d.rule: d for d in COMMAND_DECISIONS}
+
+
+def decision(rule: str) -> CommandDecision:
+    """The COMMAND_DECISIONS row named `rule`."""
+    try:
+        return _DECISIONS_BY_RULE[rule]
+    except KeyError:
+        raise UnknownRule(f"COMMAND_DECISIONS has no row {rule!r}") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.cancellation import accumulate_page
 from qlwf.model.state import State
@@ -33,8 +34,7 @@ TERMINAL_RUN_EVENTS = {f"workflow.{s}" for s in T.TERMINAL_RUN}
 ATTEMPT_TERMINAL_EVENTS = {f"workflow.task_attempt.{s}" for s in T.TERMINAL_ATTEMPT}
 NEW_WORK_EVENTS = {"workflow.task_attempt_admitted", "workflow.task_dispatch_leased", "workflow.task_attempt.starting",
                    "workflow.task_attempt.running"}
-STEP_PATH_PREFIXES = (("wfm:", "admit"), ("workflow-frontier:", "frontier"), ("wxm:", "worker"), ("wrq:", "recover"),
-                      ("wrl:", "recover"), ("wrf:", "recover"), ("wcm:", "converge"))
+STEP_PATH_PREFIXES = tuple((pre, path) for path, pres in ids.STEP_MUTATION_PREFIXES.items() for pre in pres)
 UNSTARTED = T.RECOVERY_PATH_CODES["unstarted_claim_expired"].attempt_error_code
 Abs = dict[str, Any]
 

@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_traces",
     "qlwf.cmd_show",
     "qlwf.cmd_diff",
+    "qlwf.cmd_regenerate",
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from qlwf.conformance import backends, build_corpus, runner
+from qlwf.conformance import backends, runner
 from qlwf.conformance.coverage import Coverage
 from qlwf.conformance.diff import snapshot_diff
 from qlwf.conformance.generators import GeneratorConfig, generate, load_trace_files, traces
@@ -49,11 +49,6 @@ BATCH_SIZE = 510
 
 # ------------------------------------------------------------------------------------------------
 # Corpus
-def test_corpus_is_up_to_date() -> None:
-    """The committed JSON equals a fresh recording of every scenario through the model."""
-    assert build_corpus.stale_files() == []
-
-
 def test_corpus_covers_the_required_scenarios() -> None:
     names = set(CORPUS_BY_NAME)
     for required in ("adr0226-dependency-readied", "adr0226-failure-skips-chain",

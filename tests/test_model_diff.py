@@ -63,17 +63,16 @@ def _replace_once(path: Path, old: str, new: str) -> None:
 # ---- the edits -----------------------------------------------------------------------------------
 def timeout_times_out_pending(repo: Path, performer_row: bool = True) -> None:
     """ADR change: under reason timeout, pending StepRuns become timed_out (instead of cancelled).
-    A complete change edits three rows: the convergence decision, the StepRun transition it now
-    needs, and (state-machines.md §3.4) the row saying which command performs that move."""
+    The convergence decision row is the change; the StepRun transition it needs is written into the
+    §3.1 graph too, and the §3.4 performer row follows from the decision table (model/tables.py).
+    Without `performer_row` the derivation leaves that move out, so no performer row allows it."""
     tables = repo / "model" / "tables.py"
     _replace_once(tables, '("pending", True): _CANCELLED', '("pending", True): _TIMED_OUT')
     _replace_once(tables, '"pending": frozenset({"ready", "skipped", "cancelled"})',
                   '"pending": frozenset({"ready", "skipped", "cancelled", "timed_out"})')
-    if performer_row:
-        text = tables.read_text(encoding="utf-8")
-        line = next(x for x in text.splitlines(keepends=True) if '"converge.pending_cancelled"' in x)
-        tables.write_text(text.replace(line, line + line.replace("pending_cancelled", "pending_timed_out")
-                                       .replace('"cancelled", "converge', '"timed_out", "converge')), "utf-8")
+    if not performer_row:
+        _replace_once(tables, 'if d.action == "mutate" and d.target is not None}',
+                      'if d.action == "mutate" and d.target is not None and (s, d.target) != ("pending", "timed_out")}')
 
 
 def pure_refactor(repo: Path) -> None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from qlwf.model import tables as T
 from qlwf.model.records import Record
 
-ACTIVE = ("claimed", "starting", "running")
+ACTIVE = T.ACTIVE_ATTEMPT_STATUSES
+# The same statuses as an SQL IN-list of text literals (fixed identifiers, nothing to escape).
+ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE) + ")"
 
 
 class StoredStepRun:

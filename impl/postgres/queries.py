@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import frontier_candidate
+from qlwf.impl.commands.store import ACTIVE_SQL
 from qlwf.model import tables as T
 from qlwf.model.records import Record
 
@@ -72,7 +73,7 @@ LIMIT %s
 RECOVERY_SQL = f"""
 SELECT a.id, a.run_id, a.step_run_id, a.status, l.expires_at_ms
 FROM {ATTEMPTS_TABLE} AS a JOIN {LEASES_TABLE} AS l ON l.attempt_id = a.id
-WHERE a.status IN ('claimed', 'starting', 'running') AND l.status = 'leased' AND l.expires_at_ms <= %s {{keyset}}
+WHERE a.status IN {ACTIVE_SQL} AND l.status = 'leased' AND l.expires_at_ms <= %s {{keyset}}
 ORDER BY l.expires_at_ms, a.id COLLATE "C"
 LIMIT %s
 """

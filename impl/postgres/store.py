@@ -15,7 +15,7 @@ from qlwf.impl.commands import guards
 from qlwf.impl.commands.columns import ADMISSION_JSON_COLUMNS, admission_columns, admission_step_row
 from qlwf.impl.commands.failures import ConcurrentChange
 from qlwf.impl.commands.guards import POSTGRES
-from qlwf.impl.commands.store import StoredStepRun
+from qlwf.impl.commands.store import ACTIVE_SQL, StoredStepRun
 from qlwf.model.canonical import canonical_text
 
 from . import codec
@@ -41,7 +41,6 @@ AUTHORITY_KEY = "hashtextextended('ql3-attempt-authority:' || {}, 0)"
 # storage.md §7: floor of the epoch of clock_timestamp() in milliseconds (not the transaction start).
 DATABASE_TIME_SQL = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
-_ACTIVE = "('claimed', 'starting', 'running')"
 _STEP_SELECT = f"SELECT {STEP_RUNS.select_list}, step_run_json FROM {STEP_RUNS.name}"
 _ADMISSION_SELECT = f"SELECT {', '.join(ADMISSION_COLUMNS)} FROM {ADMISSIONS_TABLE}"
 _RECEIPT_SELECT = f"SELECT {', '.join(TASK_RECEIPT_COLUMNS)}, receipt_json FROM {TASK_RECEIPTS_TABLE}"
@@ -203,7 +202,7 @@ class PgStore:
         return self._one(ATTEMPTS, "id = %s", (attempt_id,))
 
     def active_attempts_of_run(self, run_id: str) -> list[Record]:
-        return self._all(ATTEMPTS, f"run_id = %s AND status IN {_ACTIVE}", (run_id,), 'id COLLATE "C"')
+        return self._all(ATTEMPTS, f"run_id = %s AND status IN {ACTIVE_SQL}", (run_id,), 'id COLLATE "C"')
 
     def max_attempt_number(self, run_id: str) -> int:
         row = self._fetchone(f"SELECT COALESCE(MAX(attempt), 0) FROM {ATTEMPTS.name} WHERE run_id = %s", (run_id,))

@@ -12,6 +12,7 @@ from typing import Any
 
 from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import frontier_candidate, page_result
+from qlwf.impl.commands.store import ACTIVE_SQL
 from qlwf.model import tables as T
 from qlwf.model.records import Record
 
@@ -61,10 +62,10 @@ LIMIT ?
 """
 
 # task-attempts.md §9: active attempts whose lease is leased and expired at `now`.
-RECOVERY_SQL = """
+RECOVERY_SQL = f"""
 SELECT a.id, a.run_id, a.step_run_id, a.status, l.expires_at_ms
 FROM "RunAttempts" AS a JOIN "RunDispatchLeases" AS l ON l.attempt_id = a.id
-WHERE a.status IN ('claimed', 'starting', 'running') AND l.status = 'leased' AND l.expires_at_ms <= ? {keyset}
+WHERE a.status IN {ACTIVE_SQL} AND l.status = 'leased' AND l.expires_at_ms <= ? {{keyset}}
 ORDER BY l.expires_at_ms, a.id
 LIMIT ?
 """

@@ -15,7 +15,7 @@ from typing import Any
 from qlwf.impl.commands import guards
 from qlwf.impl.commands.failures import ConcurrentChange
 from qlwf.impl.commands.guards import SQLITE
-from qlwf.impl.commands.store import ACTIVE, StoredStepRun
+from qlwf.impl.commands.store import ACTIVE, ACTIVE_SQL, StoredStepRun
 from qlwf.model.canonical import canonical_text
 
 from .codec import (
@@ -185,7 +185,7 @@ class SqliteStore:
         return self._one(ATTEMPTS, "id = ?", (attempt_id,))
 
     def active_attempts_of_run(self, run_id: str) -> list[Record]:
-        return self._all(ATTEMPTS, "run_id = ? AND status IN ('claimed', 'starting', 'running')", (run_id,), "id")
+        return self._all(ATTEMPTS, f"run_id = ? AND status IN {ACTIVE_SQL}", (run_id,), "id")
 
     def max_attempt_number(self, run_id: str) -> int:
         (n,) = self.conn.execute('SELECT COALESCE(MAX(attempt), 0) FROM "RunAttempts" WHERE run_id = ?',
