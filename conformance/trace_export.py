@@ -2,7 +2,7 @@
 
 Every exported file is recorded afresh through the model (the corpus scenarios' inputs, or
 generated traces from their seeds), so what is written is what the model does today, whatever
-the stored copy says. File names: `<corpus name>.json`, `generated-<seed>.json`.
+the stored copy says. File names: `<corpus name>.json`, `generated[-FAMILY]-<seed>.json` (the family: boundary, pages).
 """
 
 from __future__ import annotations

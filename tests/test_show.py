@@ -211,12 +211,12 @@ def test_show_command_quotes_paths() -> None:
 
 
 def test_explore_counterexample_prints_show(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from mutants import MUTANTS
+    from qlwf.conformance.mutants import by_name
 
     from qlwf import cmd_explore
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
-    next(m for m in MUTANTS if m.name == "requeue_keeps_epoch").apply(monkeypatch)
+    by_name("requeue_keeps_epoch").plant(monkeypatch)
     out = io.StringIO()
     assert cmd_explore.run(argparse.Namespace(max_steps=1, depth=None, json=False, full=False, jobs=1), out) == 1
     paths = re.findall(r"render it: qlwf show (\S+) --html", out.getvalue())

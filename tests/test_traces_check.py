@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mutants import MUTANTS
 from qlwf.conformance import faults
+from qlwf.conformance.generators import generate
 from qlwf.conformance.lockstep import run_lockstep
 from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.mutants import by_name
 from qlwf.conformance.protocol_schema import SCHEMA_DIR, document_problems
 from qlwf.conformance.runner import CORPUS_DIR
 from qlwf.conformance.trace import KIND_KEYS, TraceFormatError, from_json, load, record
@@ -220,7 +221,7 @@ def test_a_trace_recorded_by_another_model_is_stale_at_its_first_different_step(
     inputs = load(CORPUS_DIR / "adr0226-failure-skips-chain.json").inputs()
     good = record(inputs).to_json()
     with monkeypatch.context() as mp:
-        next(m for m in MUTANTS if m.name == "skip_one_level_per_pass").apply(mp)
+        by_name("skip_one_level_per_pass").plant(mp)
         stale = record(inputs).to_json()
     first = next(i for i, (a, b) in enumerate(zip(good["steps"], stale["steps"], strict=True)) if a != b)
     result = check_document(stale, "stale.json")
@@ -259,7 +260,7 @@ def test_cli_export_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, lines, _ = _qlwf(["traces", "export", str(tmp_path), "--generated", "3", "--seed", "11"], capsys)
     assert code == 0 and lines[-1].startswith("exported 3 traces, ") and lines[-1].endswith(f"to {tmp_path}")
     files = sorted(tmp_path.glob("*.json"))
-    assert [p.name for p in files] == ["generated-11.json", "generated-12.json", "generated-13.json"]
+    assert [p.name for p in files] == sorted(f"{generate(s).name}.json" for s in (11, 12, 13))
     code, lines, _ = _qlwf(["traces", "check", *map(str, files)], capsys)
     assert code == 0 and lines[-1] == "traces check: 3 file(s): 3 ok, 0 wrong, 0 invalid"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qlwf.conformance.generators import generate
 from qlwf.conformance.lockstep import run_lockstep
 from qlwf.conformance.trace import load
 from qlwf.conformance.trace_export import corpus_inputs, export, selected
@@ -42,7 +43,9 @@ def test_the_replayer_imports_nothing_but_json() -> None:
 
 def test_export_covers_the_corpus_and_the_generated_seeds(exported: dict[str, list[Path]]) -> None:
     names = [p.stem for p in exported["changes"]]
-    assert names == [t.name for t in corpus_inputs()] + [f"generated-{s}" for s in range(GENERATED)]
+    generated = [generate(s).name for s in range(GENERATED)]
+    assert names == [t.name for t in corpus_inputs()] + generated
+    assert all(n.startswith("generated-") and n.endswith(f"-{s}") for s, n in enumerate(generated))
     assert [p.name for p in exported["snapshot"]] == [p.name for p in exported["changes"]]
 
 

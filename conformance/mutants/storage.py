@@ -179,7 +179,9 @@ WITHOUT_DIGEST: tuple[Edit, ...] = (("AND step_run_digest = {m} AND status", "AN
                                     ('mutation["expectedStepRunDigest"], ', ""))
 WITHOUT_LEASE_VERSION: tuple[Edit, ...] = (("AND version = {m} AND", "AND"),
                                            ('old["status"], old["version"],', 'old["status"],'))
-ACTIVE_WITHOUT_RUNNING = ("status IN ('claimed', 'starting', 'running')", "status IN ('claimed', 'starting')")
+# Both stores format the active-attempt IN-list from model/tables.py once (impl/commands/store.ACTIVE_SQL)
+# and bind it at import: the mutant edits each backend's bound copy.
+ACTIVE_WITHOUT_RUNNING = ("'starting', 'running')", "'starting')")
 
 MUTANTS: tuple[Mutant, ...] = (
     # impl/commands: check sequences and effects
@@ -267,8 +269,7 @@ MUTANTS: tuple[Mutant, ...] = (
          code(f"{C}.guards", "lease", *WITHOUT_LEASE_VERSION)),
     # impl/sqlite: store.py statements and candidate queries
     _conformance("sqlite-active-without-running", "storage.md §4: active attempts are claimed, starting and "
-                 "running", SQLITE, "sqlite", code(f"{SQ}.store", "SqliteStore.active_attempts_of_run",
-                                                   ACTIVE_WITHOUT_RUNNING)),
+                 "running", SQLITE, "sqlite", constant(f"{SQ}.store", "ACTIVE_SQL", ACTIVE_WITHOUT_RUNNING)),
     _conformance("sqlite-receipt-ignores-epoch", "task-attempts.md §3: one task admission per StepRun epoch "
                  "(run, step, version)", SQLITE, "sqlite",
                  code(f"{SQ}.store", "SqliteStore.receipt_for_epoch", (" AND step_run_version = ?", ""),
@@ -295,7 +296,7 @@ MUTANTS: tuple[Mutant, ...] = (
                  "cursor", SQLITE, "sqlite", code(f"{SQ}.queries", "_rows", ("} > (?, ?)", "} >= (?, ?)"))),
     # impl/postgres: store.py statements and candidate queries
     _conformance("pg-active-without-running", "storage.md §4: active attempts are claimed, starting and running",
-                 POSTGRES, "postgres", constant(f"{PG}.store", "_ACTIVE", ("'starting', 'running')", "'starting')"))),
+                 POSTGRES, "postgres", constant(f"{PG}.store", "ACTIVE_SQL", ACTIVE_WITHOUT_RUNNING)),
     _conformance("pg-frontier-lists-cancelling-runs", "frontier.md §5: no frontier candidate has cancel intent",
                  POSTGRES, "postgres",
                  constant(f"{PG}.queries", "FRONTIER_SQL", ("AND r.cancel_requested_at_ms IS NULL ", ""))),
