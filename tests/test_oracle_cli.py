@@ -382,3 +382,27 @@ def test_unencodable_model_output_is_an_answer_or_exit_70(bad: Any, monkeypatch:
     assert cmd_oracle.run_single(args) == cmd_oracle.EXIT_INTERNAL
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "internal error" in captured.err
+
+
+def test_batch_collects_garbage_between_answers_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch mode runs the cyclic collector after each flushed answer (a full collection every
+    FULL_COLLECTION_EVERY answers), never inside one, and leaves an in-process caller's collector as it was."""
+    import gc
+    import io
+
+    lines = (EXAMPLES / "batch.jsonl").read_bytes().splitlines(keepends=True)
+    n = cmd_oracle.FULL_COLLECTION_EVERY + 3
+    stdin = io.BytesIO(b"".join(lines[i % len(lines)] for i in range(n)))
+    stdout = io.BytesIO()
+    collected: list[tuple[int, int, bool]] = []  # (generation, answers written so far, collector enabled)
+    monkeypatch.setattr(sys, "stdin", argparse.Namespace(buffer=stdin))
+    monkeypatch.setattr(sys, "stdout", argparse.Namespace(buffer=stdout))
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append(
+        (generation, stdout.getvalue().count(b"\n"), gc.isenabled())) or 0)
+    assert gc.isenabled()
+    assert cmd_oracle.run_batch(argparse.Namespace()) == 0
+    assert stdout.getvalue().count(b"\n") == n
+    assert [answers for _, answers, _ in collected] == list(range(1, n + 1)), "one collection after each answer"
+    assert [g for g, _, _ in collected].count(2) == 1 and collected[cmd_oracle.FULL_COLLECTION_EVERY - 1][0] == 2
+    assert not any(enabled for _, _, enabled in collected), "no automatic collection while serving"
+    assert gc.isenabled() and gc.get_freeze_count() == 0
