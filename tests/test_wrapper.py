@@ -27,6 +27,19 @@ def test_help_lists_the_wrapper_and_every_qlwf_command(tmp_path: Path) -> None:
         assert f"  {word}" in out.stdout, word
 
 
+def test_a_driver_command_runs_in_qlwfs_environment(tmp_path: Path) -> None:
+    """`python` in a --driver command is the venv's, whatever python the caller's PATH finds first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    bare = bin_dir / "python"  # a python without qlwf installed, first on the caller's PATH
+    bare.write_text("#!/bin/sh\necho 'the caller python ran' >&2\nexit 9\n", encoding="utf-8")
+    bare.chmod(0o755)
+    out = wrapper("conform", "--backend", "exec", "--driver", "python -m qlwf.impl.sqlite.driver", "--traces", "1",
+                  cwd=tmp_path, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
+    assert "the caller python ran" not in out.stderr
+
+
 def test_check_help_lists_checks_profiles_exit_codes_and_postgres(tmp_path: Path) -> None:
     from qlwf.checks import CHECKS
 
