@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import InvalidStateError, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -133,7 +135,7 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
     begin = time.perf_counter()
     merged = RunSummary(backend, coverage=Coverage(backend))
     # fork: workers inherit the backend registry (including backends registered at run time)
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    with _quiet_cancelled_results(), ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         parts = []
         for part in pool.map(_generated_chunk, work):
             parts.append(part)
@@ -145,6 +147,25 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
             merged.coverage.merge(part.coverage)
     merged.seconds = time.perf_counter() - begin
     return merged
+
+
+@contextlib.contextmanager
+def _quiet_cancelled_results() -> Iterator[None]:
+    """An interrupt (SIGINT/SIGTERM) inside `pool.map` cancels the pending futures; a chunk that
+    finishes in that instant makes the executor's manager thread set a result on a cancelled future,
+    and CPython 3.11 prints that InvalidStateError as a thread traceback. It carries no information
+    (the run is being torn down), so only that exception, only from threads, is dropped."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not InvalidStateError:
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def save_divergence(divergence: Divergence, backend: str, directory: Path | None = None) -> Path | None:
