@@ -6,6 +6,8 @@ task-attempts.md §4.1 lease expiry):
 
 * the attempt budget (MAX_STEP_RUN_ATTEMPTS = 64): admission and `→ running` with attemptCount 63
   (the last allowed) and 64 (refused);
+* the Run's attempt numbers (MAX_RUN_ATTEMPTS = 8192): admission with 8191 numbers used (the last
+  is given) and with 8192 used (refused);
 * the step limit (MAX_WORKFLOW_STEPS = 128): a plan of 128 steps admitted, one of 129 refused;
 * the INT31 counters (INT31_MAX = 2147483647: Run version/eventSequence, StepRun version, lease
   version and generation, callbackSequence, plan generation): a command that writes the counter
@@ -51,6 +53,10 @@ def _registry() -> dict[str, str]:
         "attempt_budget:admit_refused": "admit_task_attempt on a StepRun with attemptCount 64 is refused",
         "attempt_budget:running_last": "record_running with attemptCount 63 raises it to 64",
         "attempt_budget:running_refused": "record_running with attemptCount 64 is refused",
+        "attempt_number:last": f"admit_task_attempt on a Run that used {T.MAX_RUN_ATTEMPTS - 1} attempt numbers "
+                               f"is created with number {T.MAX_RUN_ATTEMPTS}",
+        "attempt_number:refused": f"admit_task_attempt on a Run that used all {T.MAX_RUN_ATTEMPTS} attempt numbers "
+                                  "is refused",
         "step_limit:max": f"a plan of {T.MAX_WORKFLOW_STEPS} steps is admitted",
         "step_limit:over": f"a plan of {T.MAX_WORKFLOW_STEPS + 1} steps is refused",
     }
@@ -196,6 +202,18 @@ def _attempt_budget(before: State, name: str, args: Any, outcome: Record) -> set
     return set()
 
 
+def _attempt_numbers(before: State, name: str, args: Any, outcome: Record) -> set[str]:
+    if name != "admit_task_attempt" or not isinstance(args, dict) or args.get("runId") not in before.runs:
+        return set()
+    used = max((a["attempt"] for a in before.attempts.values() if a["runId"] == args["runId"]), default=0)
+    error = _error(outcome)
+    if used == T.MAX_RUN_ATTEMPTS - 1 and error is None and outcome["ok"].get("status") == "created":
+        return {"attempt_number:last"}
+    if used >= T.MAX_RUN_ATTEMPTS and error is not None and error.get("reason") == "attempt_numbers_exhausted":
+        return {"attempt_number:refused"}
+    return set()
+
+
 def _timing(before: State, name: str, args: Any) -> set[str]:
     attempt = _attempt(before, args)
     if attempt is None:
@@ -224,6 +242,7 @@ def met(before: State, step: Record, outcome: Record, after: State | None = None
     found |= _page_boundaries(name, args)
     found |= _page_situations(before, name, args, outcome)
     found |= _attempt_budget(before, name, args, outcome)
+    found |= _attempt_numbers(before, name, args, outcome)
     found |= _timing(before, name, args)
     found |= _counter_boundaries(before, name, args, outcome, after)
     return found & BOUNDARIES.keys()

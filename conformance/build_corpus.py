@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qlwf.model.records import sign_plan
+from qlwf.model.records import sign_plan, task_receipt_digest
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
 from . import plans
-from .faults import corrupt_state
+from .faults import apply_patch, corrupt_state
 from .trace import Trace, advance, command, corruption, dumps, record
 
 CORPUS_DIR = Path(__file__).with_name("corpus")
@@ -59,6 +59,11 @@ class Scenario:
     def corrupt(self, kind: str, key: str, patch: Record) -> None:
         self.state = corrupt_state(self.state, kind, [key], patch)
         self.steps.append(corruption(kind, [key], patch))
+
+    def resign_receipt(self, attempt_id: str, patch: Record) -> None:
+        """A receipt drift that keeps the receipt well-formed: its receiptDigest is recomputed."""
+        patched = apply_patch("taskReceipts", self.state.receipts[attempt_id], patch)
+        self.corrupt("taskReceipts", attempt_id, patch | {"receiptDigest": task_receipt_digest(patched)})
 
     # ---- common moves ---------------------------------------------------------------------------
     def admit(self, run_id: str, needs: dict[str, list[str]], planned: int = T0) -> Record:
@@ -98,6 +103,26 @@ class Scenario:
 
 # ------------------------------------------------------------------------------------------------
 # ADR-0226: admission and the frontier
+def step_ids_sort_against_keys() -> Scenario:
+    s = Scenario("adr0226-step-ids-sort-against-keys",
+                 "records.md §3: plan steps sort by stepKey whatever their stepRunIds; StepRun ids that sort the "
+                 "other way round still bind each attempt to its own plan step and ready the right dependent")
+    ids = {"a": "run-1:z", "b": "run-1:y", "c": "run-1:x"}
+    plan = plans.make_plan("run-1", "plan-1", {"a": [], "b": [], "c": ["a", "b"]}, T0, step_ids=ids)
+    s.cmd("admit_workflow", "created", plan=plan)
+    for key in ("b", "a"):
+        out = s.cmd("admit_task_attempt", "created", runId="run-1", stepRunId=ids[key], binding=plans.binding(key))
+        assert out.result is not None
+        aid = str(out.result["attempt"]["id"])
+        s.running(aid)
+        s.cmd("complete_attempt", "completed", **s.fence(aid), exitCode=0)
+    s.time(1000)
+    s.cmd("advance_frontier", "advanced", runId="run-1")  # c ready
+    s.cmd("admit_task_attempt", "binding_inconsistent", runId="run-1", stepRunId=ids["c"], binding=plans.binding("a"))
+    s.cmd("admit_task_attempt", "created", runId="run-1", stepRunId=ids["c"], binding=plans.binding("c"))
+    return s
+
+
 def dependency_readied() -> Scenario:
     s = Scenario("adr0226-dependency-readied",
                  "ADR-0226: a pending step becomes ready exactly when every need succeeded; waiting needs keep it "
@@ -222,6 +247,20 @@ def drift_rolls_back() -> Scenario:
     s.cmd("start_attempt", "lease_drift", **s.fence(aid), timeoutMs=None)
     s.cmd("recover_attempt", "lease_drift", attemptId=aid, evidence="not_running")
     s.cmd("frontier_candidates", "page", limit=5)
+    return s
+
+
+def receipt_disagrees_with_attempt() -> Scenario:
+    s = Scenario("adr0226-receipt-disagrees-with-attempt",
+                 "INV-20: a task receipt that is well-formed and correctly signed but names another attempt number "
+                 "or admission time than its attempt is receipt drift (Unavailable), whichever way it differs")
+    s.admit("run-1", {"a": []})
+    aid = s.attempt("run-1", "a")
+    for patch in ({"attemptNumber": 2}, {"attemptNumber": 1, "admittedAtMs": T0 - 1}):
+        s.resign_receipt(aid, patch)
+        s.cmd("claim_lease", "receipt_drift", attemptId=aid, workerId="w1", durationMs=10_000)
+    s.resign_receipt(aid, {"admittedAtMs": T0})  # repaired: the receipt agrees with its attempt again
+    s.claim(aid)
     return s
 
 
@@ -467,7 +506,8 @@ def dead_worker_recovered() -> Scenario:
 SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     dependency_readied, failure_skips_chain, terminals, candidate_paging, drift_rolls_back, settled_replay,
     admission_replay, worker_protocol, atomic_cancel, siblings_cancelled_while_blocked, timeout_mapping,
-    partial_then_final, dead_worker_recovered, page_skips_drifted_workflow,
+    partial_then_final, dead_worker_recovered, page_skips_drifted_workflow, step_ids_sort_against_keys,
+    receipt_disagrees_with_attempt,
 )
 
 

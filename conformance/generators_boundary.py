@@ -2,7 +2,8 @@
 
 The scenarios run on fresh workflows of their own, in an order the chooser draws, with random steps
 of the ordinary generator between them (never inside one: a scenario needs exact clock offsets).
-Limits that no v1 command sequence reaches (attemptCount 63 and 64, counters at 2^31−2 and 2^31−1)
+Limits that no v1 command sequence reaches (attemptCount 63 and 64, attempt number 8191, counters at
+2^31−2 and 2^31−1)
 are set by a drift step that also re-signs the records it touches (stepRunDigest, receiptDigest), so
 the stored state stays consistent and the command meets the limit check itself, not a drift check.
 """
@@ -144,6 +145,17 @@ class BoundaryGenerator(_Generator):
         self.corrupt("taskReceipts", aid, {"stepRunDigest": self.state.step_runs[step_id]["stepRunDigest"]})
         self.run_command("record_running", self.fence(aid))  # attempts_exhausted
 
+    def attempt_numbers(self) -> None:
+        """The Run's last attempt number is given, the next is refused (the first attempt's number, and its
+        re-signed receipt, drift to 8191 so the Run looks as if it had used them all but one)."""
+        run_id = self.fresh({"a": [], "b": [], "c": []})
+        first = self.attempt(run_id, "a")
+        self.corrupt("attempts", first, {"attempt": T.MAX_RUN_ATTEMPTS - 1})
+        self.corrupt("taskReceipts", first, {"attemptNumber": T.MAX_RUN_ATTEMPTS - 1})
+        self.attempt(run_id, "b")  # number 8192
+        self.run_command("admit_task_attempt", {"runId": run_id, "stepRunId": plans.step_run_id(run_id, "c"),
+                                                "binding": plans.binding("c")})  # attempt_numbers_exhausted
+
     def run_counter(self) -> None:
         run_id = self.fresh({"a": [], "b": ["a"]})
         below = M - 1
@@ -229,7 +241,8 @@ class BoundaryGenerator(_Generator):
     def run(self, seed_tag: str) -> Trace:
         self.tag = seed_tag
         self.build_plans(seed_tag)
-        scenarios = [self.page_limits, self.lease_expiry, self.task_deadline, self.attempt_budget, self.run_counter,
+        scenarios = [self.page_limits, self.lease_expiry, self.task_deadline, self.attempt_budget, self.attempt_numbers,
+                     self.run_counter,
                      self.lease_counters, self.step_counter, self.callback_counter, self.plan_generation]
         for i in self.order(len(scenarios)):
             for _ in range(self.c.integer(0, 3)):

@@ -20,9 +20,10 @@ def target(workflow_id: str = "nightly") -> Record:
 
 
 def make_plan(run_id: str, plan_id: str, needs: dict[str, list[str]], planned_at_ms: int,
-              workflow_id: str = "nightly") -> Record:
-    """A signed plan whose step `k` (StepRun id `<run_id>:<k>`) needs `needs[k]`."""
-    steps = [{"stepRunId": step_run_id(run_id, k), "stepKey": k, "taskId": k,
+              workflow_id: str = "nightly", step_ids: dict[str, str] | None = None) -> Record:
+    """A signed plan whose step `k` (StepRun id `step_ids[k]`, default `<run_id>:<k>`) needs `needs[k]`."""
+    ids = step_ids or {k: step_run_id(run_id, k) for k in needs}
+    steps = [{"stepRunId": ids[k], "stepKey": k, "taskId": k,
               "taskDefinitionRef": task_definition_ref(MATERIALIZED, k), "taskDefinitionDigest": TASK_DIGEST,
               "needs": sorted(n), "initialStatus": "pending" if n else "ready", "required": True}
              for k, n in needs.items()]

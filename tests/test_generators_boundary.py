@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,7 +12,8 @@ from qlwf.conformance import boundaries, runner
 from qlwf.conformance.generators import family, generate, generate_random
 from qlwf.conformance.generators_boundary import generate_boundary
 from qlwf.conformance.trace import Trace, model_step
-from qlwf.impl.commands import cmd_worker, context
+from qlwf.impl.commands import cmd_tasks, cmd_worker, context
+from qlwf.model import tables as T
 from qlwf.model.state import State
 from qlwf.model.values import INT31_MAX
 
@@ -37,7 +39,8 @@ def test_every_boundary_trace_meets_every_non_page_boundary() -> None:
 def test_random_traces_meet_none_of_the_drift_only_boundaries() -> None:
     """The detector is not vacuous: the ordinary generator never reaches the attempt budget or a counter ceiling."""
     seen = set().union(*(met_in_model(generate_random(seed)) for seed in range(12)))
-    assert not {b for b in seen if b.startswith(("attempt_budget:", "counter:", "step_limit:"))}, seen
+    drift_only = ("attempt_budget:", "attempt_number:", "counter:", "step_limit:")
+    assert not {b for b in seen if b.startswith(drift_only)}, seen
 
 
 def test_boundary_detection_reads_the_exact_offsets() -> None:
@@ -77,8 +80,14 @@ def _lease_live_at_expiry(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(cmd_worker, "fence_problem", lambda lease, worker, gen, now: original(lease, worker, gen, now - 1))
 
 
+def _last_attempt_number_refused(mp: pytest.MonkeyPatch) -> None:
+    """Storage mutant: the Run's attempt-number limit off by one, refusing number 8192 itself."""
+    mp.setattr(cmd_tasks, "T", SimpleNamespace(**vars(T) | {"MAX_RUN_ATTEMPTS": T.MAX_RUN_ATTEMPTS - 1}))
+
+
 BOUNDARY_MUTANTS = {"ceiling_refuses_the_ceiling": _ceiling_refuses_the_ceiling,
-                    "lease_live_at_expiry": _lease_live_at_expiry}
+                    "lease_live_at_expiry": _lease_live_at_expiry,
+                    "last_attempt_number_refused": _last_attempt_number_refused}
 
 
 def _check_backend(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
