@@ -14,28 +14,39 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-# Each module defines `register(subparsers)`; its parsers set `func(args) -> int`.
-SUBCOMMAND_MODULES = (
-    "qlwf.cmd_check",
-    "qlwf.cmd_oracle",
-    "qlwf.cmd_conform",
-    "qlwf.cmd_prove",
-    "qlwf.cmd_explore",
-    "qlwf.cmd_audit",
-    "qlwf.cmd_traces",
-    "qlwf.cmd_show",
-    "qlwf.cmd_diff",
-    "qlwf.cmd_regenerate",
-)
+# Each module defines `register(subparsers)`; its parsers set `func(args) -> int`. Command name → the
+# module that registers it: a command imports only its own module (a `qlwf oracle` process need not
+# load Z3, Hypothesis or the backends), help and unknown names build the whole parser.
+# tests/test_cli_commands.py keeps this map equal to what each module registers.
+SUBCOMMANDS: dict[str, str] = {
+    "check": "qlwf.cmd_check",
+    "oracle": "qlwf.cmd_oracle",
+    "conform": "qlwf.cmd_conform",
+    "replay": "qlwf.cmd_conform",
+    "prove": "qlwf.cmd_prove",
+    "explore": "qlwf.cmd_explore",
+    "audit": "qlwf.cmd_audit",
+    "traces": "qlwf.cmd_traces",
+    "show": "qlwf.cmd_show",
+    "diff": "qlwf.cmd_diff",
+    "regenerate": "qlwf.cmd_regenerate",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command` alone when it is one (the others are not imported)."""
     parser = argparse.ArgumentParser(prog="qlwf", description="Formal-model-first verification gate for the ql3 "
                                      "Workflow runtime (ADR-0226 frontier, ADR-0228 cancellation convergence).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
+    modules = [SUBCOMMANDS[command]] if command in SUBCOMMANDS else dict.fromkeys(SUBCOMMANDS.values())
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command an argument list names: its first argument (qlwf itself takes no options but -h)."""
+    return argv[0] if argv and argv[0] in SUBCOMMANDS else None
 
 
 # -- signals: SIGTERM/SIGINT unwind like an exception, so every finally and context manager runs
@@ -113,7 +124,7 @@ def _exit_if_threads_linger(code: int, grace_s: float = 1.0) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. ``argv=None`` means we are the program (sys.argv); callers passing argv
     keep their process: an interrupt then only returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(command_of(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     if threading.current_thread() is not threading.main_thread():  # signal handlers need the main thread
         return int(args.func(args))
     restore = _install_interrupt_handlers()

@@ -28,7 +28,7 @@ def test_interrupt_returns_its_code_and_restores_the_process(
 
     parser = argparse.ArgumentParser()
     parser.set_defaults(func=command)
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.monotonic()
     assert cli.main([]) == 128 + sig
@@ -66,7 +66,7 @@ def test_an_interrupted_in_process_main_keeps_the_callers_servers(
 
     parser = argparse.ArgumentParser()
     parser.set_defaults(func=command)
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     try:
         assert cli.main([]) == 128 + signal.SIGTERM
         assert stopped == ["command's"]
