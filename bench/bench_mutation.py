@@ -9,6 +9,8 @@ the CAS cases): exit 1 = killed. Not part of the default test run.
 
 Run (a long job; it lowers its own priority like `nice -n 10`):
     python bench/bench_mutation.py [--paths impl/commands impl/sqlite] [--workdir DIR] [--sample F] [--resume]
+    python bench/bench_mutation.py --backend postgres [--sample F]   # impl/postgres against the suite on
+        PostgreSQL: one throwaway cluster for the whole job (QLWF_PG_DSN for every mutant's suite)
     python bench/bench_mutation.py --report-only --second-pass   # survivors against their files' wider tests
 Writes WORKDIR/session.sqlite (Cosmic Ray's session), WORKDIR/summary.json (score per file, every
 survivor with its diff) and prints the per-file table docs/benchmarks.md records.
@@ -17,21 +19,26 @@ survivor with its diff) and prints the per-file table docs/benchmarks.md records
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PATHS = ("impl/commands", "impl/sqlite")
+DEFAULT_PATHS = {"sqlite": ("impl/commands", "impl/sqlite"), "postgres": ("impl/postgres",)}
 # Files no selection of this job reaches by design (they are exercised elsewhere): the process-boundary
-# driver (tests/test_exec_backend.py, the gate's exec check).
-EXCLUDED = ("impl/sqlite/driver.py",)
-TIMEOUT_S = 120.0
+# drivers (tests/test_exec_backend.py, the gate's exec check); the cluster manager and the DSN check
+# (tests/test_pg_server.py, tests/test_pg_signals.py, tests/test_pg_security.py: the job brings its own
+# server); the audit reader (tests/test_audit.py).
+EXCLUDED = ("impl/sqlite/driver.py", "impl/postgres/driver.py", "impl/postgres/server.py", "impl/postgres/dsn.py",
+            "impl/postgres/readonly.py")
+TIMEOUT_S = {"sqlite": 120.0, "postgres": 300.0}
 # Cosmic Ray replaces each binary operator by every other one (11 mutants per `a | b`); one partner
 # per operator keeps the question "is this operator checked?" at a tenth of the cost.
 BINARY_PARTNERS = {"Add": "Sub", "Sub": "Add", "Mul": "Add", "Div": "Mul", "FloorDiv": "Mul", "Mod": "Mul",
@@ -58,14 +65,14 @@ def make_venv(workdir: Path) -> Path:
     return python
 
 
-def write_config(workdir: Path, python: Path, paths: list[str], traces: int) -> Path:
+def write_config(workdir: Path, python: Path, paths: list[str], traces: int, backend: str) -> Path:
     config = workdir / "mutation.toml"
     config.write_text(
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(paths)}\n"
-        f"timeout = {TIMEOUT_S}\n"
+        f"timeout = {TIMEOUT_S[backend]}\n"
         f"excluded-modules = {json.dumps([e for e in EXCLUDED if any(e.startswith(p) for p in paths)])}\n"
-        f'test-command = "{python} bench/mutation/suite.py --traces {traces}"\n'
+        f'test-command = "{python} bench/mutation/suite.py --backend {backend} --traces {traces}"\n'
         "\n[cosmic-ray.distributor]\nname = \"local\"\n", encoding="utf-8")
     return config
 
@@ -139,10 +146,14 @@ WIDER_TESTS = {
     "impl/commands/faults.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
 }
 SLOW_BATCH = "tests/test_conformance.py::test_generated_batch_passes_on_sqlite"  # 500 traces: the selection has some
-DEFAULT_WIDER = ["tests/test_sqlite_adapter.py", "tests/test_cas_guards.py", "tests/test_conformance.py"]
+DEFAULT_WIDER = {"sqlite": ["tests/test_sqlite_adapter.py", "tests/test_cas_guards.py", "tests/test_conformance.py",
+                            "tests/test_sqlite_mirror_drift.py"],
+                 "postgres": ["tests/test_pg_adapter.py", "tests/test_cas_guards.py", "tests/test_pg_conformance.py",
+                              "tests/test_pg_schema.py", "tests/test_storage_mutants.py"]}
+MARKERS = {"sqlite": "not postgres", "postgres": "postgres"}
 
 
-def second_pass(python: Path, workdir: Path, summary: dict[str, Any]) -> None:
+def second_pass(python: Path, workdir: Path, summary: dict[str, Any], backend: str, env: dict[str, str]) -> None:
     """Apply each survivor again (Cosmic Ray's `apply`), run its file's wider tests, restore the file."""
     for s in summary["survivors"]:
         if "wider" in s:
@@ -152,10 +163,10 @@ def second_pass(python: Path, workdir: Path, summary: dict[str, Any]) -> None:
         try:
             subprocess.run([str(python), "-m", "cosmic_ray.cli", "apply", s["file"], s["operator"],
                             str(s["occurrence"])], cwd=workdir, check=True, capture_output=True)
-            tests = WIDER_TESTS.get(s["file"], DEFAULT_WIDER)
+            tests = WIDER_TESTS.get(s["file"], DEFAULT_WIDER[backend])
             pytest = [str(python), "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-m",
-                      "not postgres", *tests, "--deselect", SLOW_BATCH]
-            run = subprocess.run(pytest, cwd=workdir, capture_output=True, text=True, timeout=600)
+                      MARKERS[backend], *tests, "--deselect", SLOW_BATCH]
+            run = subprocess.run(pytest, cwd=workdir, capture_output=True, text=True, timeout=600, env=env)
             s["wider"] = {"tests": tests, "killed": run.returncode != 0,
                           "failed": [ln for ln in run.stdout.splitlines() if ln.startswith("FAILED")][:3]}
         except subprocess.TimeoutExpired:
@@ -186,9 +197,39 @@ def _row(name: str, r: dict[str, int]) -> str:
             f"| {score} |")
 
 
+@contextlib.contextmanager
+def job_server(backend: str) -> Iterator[dict[str, str]]:
+    """The environment of every mutant's suite: on PostgreSQL, one throwaway cluster for the whole job
+    (a fresh database per trace), unless QLWF_PG_DSN already names a server."""
+    env = dict(os.environ)
+    if backend != "postgres" or env.get("QLWF_PG_DSN"):
+        yield env
+        return
+    sys.path.insert(0, str(REPO))
+    from qlwf.impl.postgres.server import ThrowawayCluster
+
+    with ThrowawayCluster() as cluster:
+        yield env | {"QLWF_PG_DSN": cluster.dsn()}
+
+
+def run_session(python: Path, workdir: Path, config: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
+    cosmic = [str(python), "-m", "cosmic_ray.cli"]
+    start = time.perf_counter()
+    if not args.resume:
+        subprocess.run([*cosmic, "init", str(config), "session.sqlite"], cwd=workdir, check=True)
+        generated, kept = select(workdir, args.sample, args.seed)
+        print(f"mutation run: {generated} mutants generated, {kept} selected (sample {args.sample}, seed "
+              f"{args.seed})", file=sys.stderr, flush=True)
+        subprocess.run([*cosmic, "baseline", str(config)], cwd=workdir, check=True, env=env)
+    subprocess.run([*cosmic, "exec", str(config), "session.sqlite"], cwd=workdir, check=True, env=env)
+    print(f"mutation run: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS), help="files or packages under impl/")
+    parser.add_argument("--backend", choices=tuple(DEFAULT_PATHS), default="sqlite",
+                        help="the backend the suite judges each mutant on (default sqlite)")
+    parser.add_argument("--paths", nargs="+", help="files or packages under impl/ (default: the backend's)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/qlwf-mutation"))
     parser.add_argument("--traces", type=int, default=12, help="generated traces per mutant (suite.py)")
     parser.add_argument("--sample", type=float, default=1.0, help="fraction of each file's mutants to run")
@@ -198,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--second-pass", action="store_true",
                         help="re-run each survivor against its file's wider tests (after the run)")
     args = parser.parse_args(argv)
+    args.paths = args.paths or list(DEFAULT_PATHS[args.backend])
     os.nice(10)
     workdir: Path = args.workdir.resolve()
     python = workdir / ".venv" / "bin" / "python"
@@ -208,20 +250,13 @@ def main(argv: list[str] | None = None) -> int:
             workdir.mkdir(parents=True)
             copy_tree(workdir)
         python = make_venv(workdir)
-        config = write_config(workdir, python, args.paths, args.traces)
-        cosmic = [str(python), "-m", "cosmic_ray.cli"]
-        start = time.perf_counter()
-        if not args.resume:
-            subprocess.run([*cosmic, "init", str(config), "session.sqlite"], cwd=workdir, check=True)
-            generated, kept = select(workdir, args.sample, args.seed)
-            print(f"mutation run: {generated} mutants generated, {kept} selected (sample {args.sample}, seed "
-                  f"{args.seed})", file=sys.stderr, flush=True)
-            subprocess.run([*cosmic, "baseline", str(config)], cwd=workdir, check=True)
-        subprocess.run([*cosmic, "exec", str(config), "session.sqlite"], cwd=workdir, check=True)
-        print(f"mutation run: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        config = write_config(workdir, python, args.paths, args.traces, args.backend)
+        with job_server(args.backend) as env:
+            run_session(python, workdir, config, args, env)
     summary = summarize(python, workdir)
     if args.second_pass:
-        second_pass(python, workdir, summary)
+        with job_server(args.backend) as env:
+            second_pass(python, workdir, summary, args.backend, env)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(render(summary))
     print(f"{len(summary['survivors'])} survivors: {workdir / 'summary.json'}")
