@@ -135,8 +135,8 @@ WIDER_TESTS = {
     "impl/sqlite/migrations.py": ["tests/test_sqlite_schema.py"],
     "impl/sqlite/memory.py": ["tests/test_sqlite_schema.py", "tests/test_sqlite_adapter.py"],
     "impl/sqlite/readonly.py": ["tests/test_audit.py"],
-    "impl/sqlite/faults.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
-    "impl/commands/faults.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
+    "impl/sqlite/drift_injection.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
+    "impl/commands/drift_patch.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
 }
 SLOW_BATCH = "tests/test_conformance.py::test_generated_batch_passes_on_sqlite"  # 500 traces: the selection has some
 DEFAULT_WIDER = ["tests/test_sqlite_adapter.py", "tests/test_cas_guards.py", "tests/test_conformance.py"]

@@ -34,14 +34,13 @@ from .cancellation import (
     page_outcome,
     resolve_cancellation,
 )
-from .errors import Conflict, Invalid, QlwfError, Unavailable
+from .errors import CommandErrors, Conflict, Invalid, InvalidRaiser, QlwfError
 from .frontier import is_frontier_candidate, resolve_frontier
 from .records import (
     ATTEMPT_KEYS,
     ATTEMPT_LEASE_KEYS,
     LEASE_KEYS,
     RUN_KEYS,
-    Failer,
     Record,
     actor_problem,
     attempt_problem,
@@ -58,7 +57,7 @@ from .records import (
 )
 from .recovery import build_task_recovery
 from .rules import require
-from .state import State, Tx
+from .state import State, StateWriter
 from .steprun import ledger_entry, transition_step_run_mutation
 from .values import (
     INT31_MAX,
@@ -83,26 +82,12 @@ class Outcome(NamedTuple):
         return self.error is None
 
 
-@dataclass
-class Ctx:
-    """Per-command context: the family's error codes, the clock value and the fired rules."""
+@dataclass(frozen=True)
+class CommandContext(CommandErrors):
+    """One command's run in the model: its typed errors, the observation time and the fired rules."""
 
-    command: str
     now: int
     rules: list[str]
-
-    @property
-    def family(self) -> T.Family:
-        return T.FAMILIES[T.COMMAND_FAMILY[self.command]]
-
-    def invalid(self, reason: str, message: str = "") -> Invalid:
-        return Invalid(self.family.invalid or "", reason, message)
-
-    def conflict(self, reason: str, message: str = "") -> Conflict:
-        return Conflict(self.family.conflict or "", reason, message)
-
-    def unavailable(self, reason: str, message: str = "") -> Unavailable:
-        return Unavailable(self.family.unavailable or "", reason, message)
 
     def fire(self, rule_id: str) -> None:
         """Record that the row `rule_id` of a rule table decided this command (UnknownRule if none has it)."""
@@ -118,7 +103,7 @@ class Loaded:
     run: Record
 
 
-def load_run(state: State, ctx: Ctx, run_id: str) -> Loaded:
+def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
     run = state.runs.get(run_id)
     if run is None:
         raise ctx.conflict("run_missing", f"Run {run_id} does not exist")
@@ -143,7 +128,7 @@ def load_run(state: State, ctx: Ctx, run_id: str) -> Loaded:
     return Loaded(plan, adm, run)
 
 
-def load_step(state: State, ctx: Ctx, loaded: Loaded, step_run_id: str) -> Record:
+def load_step(state: State, ctx: CommandContext, loaded: Loaded, step_run_id: str) -> Record:
     s = state.step_runs.get(step_run_id)
     if s is None or s["runId"] != loaded.run["id"]:
         raise ctx.conflict("step_missing", f"StepRun {step_run_id} of Run {loaded.run['id']} does not exist")
@@ -162,7 +147,7 @@ def load_step(state: State, ctx: Ctx, loaded: Loaded, step_run_id: str) -> Recor
     return s
 
 
-def load_steps(state: State, ctx: Ctx, loaded: Loaded) -> list[Record]:
+def load_steps(state: State, ctx: CommandContext, loaded: Loaded) -> list[Record]:
     steps = state.steps_of_run(loaded.run["id"])
     if sorted(s["id"] for s in steps) != sorted(p["stepRunId"] for p in loaded.plan["steps"]):
         raise ctx.unavailable("step_drift", "StepRuns are not in bijection with the plan steps")
@@ -178,7 +163,7 @@ class LoadedAttempt:
     lease: Record | None
 
 
-def _check_lease_mirror(ctx: Ctx, attempt: Record, lease: Record | None) -> None:
+def _check_lease_mirror(ctx: CommandContext, attempt: Record, lease: Record | None) -> None:
     if lease is not None and (lease_problem(lease) or lease["attemptId"] != attempt["id"]
                               or lease["runId"] != attempt["runId"]):
         raise ctx.unavailable("lease_drift", f"lease of {attempt['id']} is malformed")
@@ -193,7 +178,7 @@ def _check_lease_mirror(ctx: Ctx, attempt: Record, lease: Record | None) -> None
         raise ctx.unavailable("lease_drift", f"attempt {attempt['id']} lost its lease keys without a worker release")
 
 
-def _check_receipt(ctx: Ctx, attempt: Record, receipt: Record | None) -> Record:
+def _check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) -> Record:
     try:
         if receipt is None:
             raise Invalid("", "", "missing")
@@ -208,7 +193,7 @@ def _check_receipt(ctx: Ctx, attempt: Record, receipt: Record | None) -> Record:
     return r
 
 
-def load_attempt(state: State, ctx: Ctx, attempt_id: str) -> LoadedAttempt:
+def load_attempt(state: State, ctx: CommandContext, attempt_id: str) -> LoadedAttempt:
     attempt = state.attempts.get(attempt_id)
     if attempt is None:
         raise ctx.conflict("attempt_missing", f"attempt {attempt_id} does not exist")
@@ -220,7 +205,7 @@ def load_attempt(state: State, ctx: Ctx, attempt_id: str) -> LoadedAttempt:
     return LoadedAttempt(loaded, attempt, receipt, step, lease)
 
 
-def clock_floor(state: State, ctx: Ctx, run_id: str, leases: list[Record | None]) -> None:
+def clock_floor(state: State, ctx: CommandContext, run_id: str, leases: list[Record | None]) -> None:
     """S-14: now must not precede the Run's last event or any loaded lease's updatedAtMs."""
     events = state.events_of(run_id)
     floor = max([events[-1]["createdAtMs"] if events else 0,
@@ -240,33 +225,33 @@ def at_running_epoch(step: Record, receipt: Record) -> bool:
 
 # ------------------------------------------------------------------------------------------------
 # Writing helpers (commands.md §2.5)
-def _ceiling(ctx: Ctx, *values: int) -> None:
+def _ceiling(ctx: CommandContext, *values: int) -> None:
     if any(v > INT31_MAX for v in values):
         raise ctx.unavailable("counter_overflow", "a counter would exceed 2147483647")
 
 
-def bump_run(tx: Tx, run: Record, k: int) -> Record:
+def bump_run(tx: StateWriter, run: Record, k: int) -> Record:
     new = dict(run)
     new["version"] = run["version"] + k
     new["eventSequence"] = run["eventSequence"] + k
     return new
 
 
-def put_run(tx: Tx, run: Record) -> None:
+def put_run(tx: StateWriter, run: Record) -> None:
     tx.table("runs")[run["id"]] = canonical(run, RUN_KEYS)
 
 
-def put_mutation(tx: Tx, mutation: Record) -> None:
+def put_mutation(tx: StateWriter, mutation: Record) -> None:
     tx.table("step_runs")[mutation["stepRun"]["id"]] = mutation["stepRun"]
     tx.append_event(mutation["event"])
     tx.table("mutations")[mutation["mutationId"]] = ledger_entry(mutation, tx.now)
 
 
-def put_attempt(tx: Tx, attempt: Record) -> None:
+def put_attempt(tx: StateWriter, attempt: Record) -> None:
     tx.table("attempts")[attempt["id"]] = canonical(attempt, ATTEMPT_KEYS)
 
 
-def put_lease(tx: Tx, lease: Record) -> None:
+def put_lease(tx: StateWriter, lease: Record) -> None:
     tx.table("leases")[lease["attemptId"]] = canonical(lease, LEASE_KEYS)
 
 
@@ -292,36 +277,29 @@ def worker_actor(worker_id: str) -> Record:
     return {"type": "worker", "id": worker_id}
 
 
-SYSTEM: Record = {"type": "system"}
 
 
 # ------------------------------------------------------------------------------------------------
 # Argument checks
-def _args(ctx: Ctx, args: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    fail = Failer(ctx.family.invalid or "", "page_invalid" if ctx.command.endswith("_page") else "argument_invalid")
-    exact_keys(args, required, optional, fail, f"{ctx.command} arguments")
+def _args(ctx: CommandContext, args: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    exact_keys(args, required, optional, ctx.argument_raiser(), f"{ctx.command} arguments")
     return cast(dict[str, Any], args)
 
 
-def _require(ctx: Ctx, ok: bool, message: str) -> None:
-    if not ok:
-        raise ctx.invalid("argument_invalid", message)
-
-
-def _worker_args(ctx: Ctx, args: dict[str, Any], extra: tuple[str, ...] = ()) -> None:
-    _require(ctx, is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
-    _require(ctx, is_identifier(args["workerId"]), "workerId must be an IDENTIFIER")
+def _worker_args(ctx: CommandContext, args: dict[str, Any], extra: tuple[str, ...] = ()) -> None:
+    ctx.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
+    ctx.require(is_identifier(args["workerId"]), "workerId must be an IDENTIFIER")
     if "leaseGeneration" in args:
-        _require(ctx, is_int_in(args["leaseGeneration"], 1, INT31_MAX), "leaseGeneration must be 1..2147483647")
+        ctx.require(is_int_in(args["leaseGeneration"], 1, INT31_MAX), "leaseGeneration must be 1..2147483647")
     if "durationMs" in args:
-        _require(ctx, is_int_in(args["durationMs"], T.LEASE_DURATION_MIN_MS, T.LEASE_DURATION_MAX_MS),
+        ctx.require(is_int_in(args["durationMs"], T.LEASE_DURATION_MIN_MS, T.LEASE_DURATION_MAX_MS),
                  "durationMs must be 5000..600000")
-        _require(ctx, ctx.now + args["durationMs"] <= SAFE_INT_MAX, "lease expiry exceeds the timestamp range")
+        ctx.require(ctx.now + args["durationMs"] <= SAFE_INT_MAX, "lease expiry exceeds the timestamp range")
 
 
 # ------------------------------------------------------------------------------------------------
 # admit_workflow (commands.md §4.1, frontier.md §2–§3)
-def _verify_frozen_evidence(state: State, ctx: Ctx, bundle: Record) -> None:
+def _verify_frozen_evidence(state: State, ctx: CommandContext, bundle: Record) -> None:
     plan = bundle["plan"]
     pd = plan["planDigest"]
     run_id = plan["runId"]
@@ -358,7 +336,7 @@ def _verify_frozen_evidence(state: State, ctx: Ctx, bundle: Record) -> None:
         raise ctx.unavailable("admission_drift", "; ".join(problems))
 
 
-def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def admit_workflow(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("plan",))
     try:
         plan = normalize_plan(args["plan"])
@@ -378,7 +356,7 @@ def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         raise ctx.conflict("run_id_conflict", f"Run {plan['runId']} already exists")
     if any(s["stepRunId"] in state.step_runs for s in plan["steps"]):
         raise ctx.conflict("step_run_id_conflict", "a StepRun id of the plan already exists")
-    tx = Tx(state, ctx.now)
+    tx = StateWriter(state, ctx.now)
     put_run(tx, bundle["run"])
     tx.append_event(bundle["admissionEvent"])
     for m, entry in zip(bundle["stepMutations"], admission_ledger(bundle), strict=True):
@@ -396,9 +374,9 @@ def admit_workflow(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
 
 # ------------------------------------------------------------------------------------------------
 # advance_frontier (commands.md §4.3)
-def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def advance_frontier(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("runId",))
-    _require(ctx, is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
+    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     if "cancelRequestedAtMs" in run:
@@ -427,7 +405,7 @@ def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                 "terminalStatus": None, "runVersion": run["version"], "runEventSequence": run["eventSequence"],
                 "observedAtMs": ctx.now}, state
     _ceiling(ctx, run["version"] + increment)
-    tx = Tx(state, ctx.now)
+    tx = StateWriter(state, ctx.now)
     for m in mutations:
         put_mutation(tx, m)
         ctx.fire(T.step_row("advance_frontier", m["previousStatus"], m["stepRun"]["status"]).id)
@@ -449,10 +427,10 @@ def advance_frontier(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
 
 # ------------------------------------------------------------------------------------------------
 # admit_task_attempt (commands.md §4.5)
-def admit_task_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("runId", "stepRunId", "binding"))
-    _require(ctx, is_portable_id(args["runId"]) and is_identifier(args["stepRunId"]), "runId/stepRunId invalid")
-    binding = normalize_binding(args["binding"], Failer(ctx.family.invalid or "", "argument_invalid"))
+    ctx.require(is_portable_id(args["runId"]) and is_identifier(args["stepRunId"]), "runId/stepRunId invalid")
+    binding = normalize_binding(args["binding"], InvalidRaiser(ctx.family.invalid or "", "argument_invalid"))
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     step = load_step(state, ctx, loaded, args["stepRunId"])
@@ -489,7 +467,7 @@ def admit_task_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State
     except QlwfError as e:
         raise ctx.unavailable("resolution_failed", e.message) from e
     _ceiling(ctx, b["run"]["version"])
-    tx = Tx(state, ctx.now)
+    tx = StateWriter(state, ctx.now)
     put_run(tx, b["run"])
     put_attempt(tx, b["attempt"])
     tx.append_event(b["event"])
@@ -509,8 +487,8 @@ def _attempt_event(la: LoadedAttempt, counter: RunCounter, kind: str, generation
                       step_run_id=a["stepRunId"], payload=payload_fn(v), created_at_ms=now)
 
 
-def _mutate(ctx: Ctx, tx: Tx, counter: RunCounter, step: Record, to: str, actor: Record, ids_: tuple[str, str],
-            result_code: str | None = None, error_summary: str | None = None) -> Record:
+def _mutate(ctx: CommandContext, tx: StateWriter, counter: RunCounter, step: Record, to: str, actor: Record,
+            ids_: tuple[str, str], result_code: str | None = None, error_summary: str | None = None) -> Record:
     command: Record = {"expectedVersion": step["version"], "expectedDigest": step["stepRunDigest"],
                        "mutationId": ids_[0], "to": to, "atMs": ctx.now}
     if result_code is not None:
@@ -526,7 +504,7 @@ def _mutate(ctx: Ctx, tx: Tx, counter: RunCounter, step: Record, to: str, actor:
     return cast(Record, m["stepRun"])
 
 
-def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def claim_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "durationMs"))
     _worker_args(ctx, args)
     la = load_attempt(state, ctx, args["attemptId"])
@@ -563,7 +541,7 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     new_lease |= {"acquiredAtMs": now, "renewedAtMs": now, "expiresAtMs": now + args["durationMs"],
                   "updatedAtMs": now}
     _ceiling(ctx, run["version"] + 1, new_lease["version"], new_lease["leaseGeneration"])
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     counter = RunCounter(run)
     put_lease(tx, new_lease)
     put_attempt(tx, a | {"workerId": worker, "leaseGeneration": new_lease["leaseGeneration"],
@@ -578,7 +556,7 @@ def claim_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return {"status": "claimed", "reason": None, "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
-def _fence(ctx: Ctx, la: LoadedAttempt, args: dict[str, Any]) -> None:
+def _fence(ctx: CommandContext, la: LoadedAttempt, args: dict[str, Any]) -> None:
     problem = fence_problem(la.lease, args["workerId"], args["leaseGeneration"], ctx.now)
     if problem:
         raise ctx.conflict(problem, f"lease fence failed for {la.attempt['id']}")
@@ -594,7 +572,7 @@ def _timeout_requested(state: State, attempt: Record) -> bool:
                for e in state.events_of(attempt["runId"]))
 
 
-def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def renew_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "durationMs"))
     _worker_args(ctx, args)
     la = load_attempt(state, ctx, args["attemptId"])
@@ -611,7 +589,7 @@ def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     writes_request = ("cancelRequestedAtMs" not in run and deadline is not None and deadline <= now
                       and not _timeout_requested(state, a))
     _ceiling(ctx, new_lease["version"], *((run["version"] + 1,) if writes_request else ()))
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     put_lease(tx, new_lease)
     new_attempt = a | {"leaseVersion": new_lease["version"], "leaseExpiresAtMs": new_lease["expiresAtMs"]}
     put_attempt(tx, new_attempt)
@@ -639,10 +617,10 @@ def renew_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return {"status": status, "reason": reason, "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
-def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def release_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "reason"))
     _worker_args(ctx, args)
-    _require(ctx, args["reason"] in T.WORKER_RELEASE_REASONS, "reason must be a worker release reason")
+    ctx.require(args["reason"] in T.WORKER_RELEASE_REASONS, "reason must be a worker release reason")
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run, lease = la.attempt, la.loaded.run, la.lease
@@ -660,7 +638,7 @@ def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                          "releaseReason": args["reason"],
                          "updatedAtMs": now}
     _ceiling(ctx, new_lease["version"], run["version"] + 1)
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     put_lease(tx, new_lease)
     put_attempt(tx, {k: v for k, v in a.items() if k not in ATTEMPT_LEASE_KEYS})
     gen = lease["leaseGeneration"]
@@ -674,12 +652,12 @@ def release_lease(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return {"status": "released", "lease": canonical(new_lease, LEASE_KEYS)}, tx.commit()
 
 
-def start_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def start_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "timeoutMs"))
     _worker_args(ctx, args)
     timeout = args["timeoutMs"]
-    _require(ctx, timeout is None or is_int_in(timeout, 1, INT31_MAX), "timeoutMs must be null or 1..2147483647")
-    _require(ctx, timeout is None or ctx.now + timeout <= SAFE_INT_MAX, "deadline exceeds the timestamp range")
+    ctx.require(timeout is None or is_int_in(timeout, 1, INT31_MAX), "timeoutMs must be null or 1..2147483647")
+    ctx.require(timeout is None or ctx.now + timeout <= SAFE_INT_MAX, "deadline exceeds the timestamp range")
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run = la.attempt, la.loaded.run
@@ -700,7 +678,7 @@ def start_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     new_attempt = a | {"status": "starting"}
     if timeout is not None:
         new_attempt["deadlineAtMs"] = now + timeout
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     put_attempt(tx, new_attempt)
     gen = args["leaseGeneration"]
     tx.append_event(_attempt_event(
@@ -713,7 +691,7 @@ def start_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return {"status": "starting", "attempt": canonical(new_attempt, ATTEMPT_KEYS)}, tx.commit()
 
 
-def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def record_running(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration"))
     _worker_args(ctx, args)
     la = load_attempt(state, ctx, args["attemptId"])
@@ -735,7 +713,7 @@ def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         raise ctx.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
     _ceiling(ctx, run["version"] + 2, a["callbackSequence"] + 1)
     now, gen, actor = ctx.now, args["leaseGeneration"], worker_actor(args["workerId"])
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     counter = RunCounter(run)
     new_attempt = a | {"status": "running", "startedAtMs": now, "callbackSequence": a["callbackSequence"] + 1}
     put_attempt(tx, new_attempt)
@@ -751,7 +729,7 @@ def record_running(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return {"status": "running", "attempt": canonical(new_attempt, ATTEMPT_KEYS)}, tx.commit()
 
 
-def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], command: str,
+def _finish(state: State, ctx: CommandContext, la: LoadedAttempt, args: dict[str, Any], command: str,
             exit_code: int | None) -> tuple[Record, State]:
     """Shared effects of fail_start and complete_attempt (task-attempts.md §7)."""
     a, run, step, lease = la.attempt, la.loaded.run, la.step, la.lease
@@ -764,7 +742,7 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
     callbacks = 1 if command == "fail_start" or from_starting else 0  # the attempt's callbackSequence + this
     _ceiling(ctx, run["version"] + k, lease["version"] + 1, a["callbackSequence"] + callbacks)
     now, gen, actor = ctx.now, args["leaseGeneration"], worker_actor(args["workerId"])
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     counter = RunCounter(run)
     new_attempt = dict(a)
     if command == "complete_attempt" and from_starting:
@@ -806,7 +784,7 @@ def _finish(state: State, ctx: Ctx, la: LoadedAttempt, args: dict[str, Any], com
     return result, tx.commit()
 
 
-def _terminal_replay(ctx: Ctx, la: LoadedAttempt, args: dict[str, Any]) -> Record | None:
+def _terminal_replay(ctx: CommandContext, la: LoadedAttempt, args: dict[str, Any]) -> Record | None:
     a, lease = la.attempt, la.lease
     if a["status"] in T.TERMINAL_ATTEMPT and lease is not None and lease["status"] == "completed" \
             and _same_holder(lease, args):
@@ -815,7 +793,7 @@ def _terminal_replay(ctx: Ctx, la: LoadedAttempt, args: dict[str, Any]) -> Recor
     return None
 
 
-def fail_start(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def fail_start(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration"))
     _worker_args(ctx, args)
     la = load_attempt(state, ctx, args["attemptId"])
@@ -833,10 +811,10 @@ def fail_start(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
     return _finish(state, ctx, la, args, "fail_start", None)
 
 
-def complete_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def complete_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "exitCode"))
     _worker_args(ctx, args)
-    _require(ctx, is_int_in(args["exitCode"], -2147483648, 2147483647), "exitCode must be a 32-bit integer")
+    ctx.require(is_int_in(args["exitCode"], -2147483648, 2147483647), "exitCode must be a 32-bit integer")
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     replay = _terminal_replay(ctx, la, args)
@@ -858,10 +836,10 @@ def complete_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
 
 # ------------------------------------------------------------------------------------------------
 # recover_attempt (commands.md §4.14)
-def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def recover_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("attemptId", "evidence"))
-    _require(ctx, is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
-    _require(ctx, args["evidence"] in T.RECOVERY_EVIDENCE, "evidence must be not_running, running or unknown")
+    ctx.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
+    ctx.require(args["evidence"] in T.RECOVERY_EVIDENCE, "evidence must be not_running, running or unknown")
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, lease, run = la.attempt, la.lease, la.loaded.run
@@ -891,7 +869,7 @@ def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
                          "releaseReason": "lease_expired",
                          "updatedAtMs": now}
     _ceiling(ctx, new_lease["version"], b["run"]["version"])
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     put_lease(tx, new_lease)
     new_attempt = b["attempt"] | {"leaseVersion": new_lease["version"]}
     put_attempt(tx, new_attempt)
@@ -913,12 +891,12 @@ def recover_attempt(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
 
 # ------------------------------------------------------------------------------------------------
 # request_cancel (commands.md §4.15)
-def request_cancel(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def request_cancel(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("runId", "reason", "actor"))
-    _require(ctx, is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
-    _require(ctx, args["reason"] in T.CANCEL_REASONS, "reason must be a cancel reason")
+    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
+    ctx.require(args["reason"] in T.CANCEL_REASONS, "reason must be a cancel reason")
     problem = actor_problem(args["actor"])
-    _require(ctx, problem is None, problem or "")
+    ctx.require(problem is None, problem or "")
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     clock_floor(state, ctx, run["id"], [])
@@ -934,7 +912,7 @@ def request_cancel(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
         raise ctx.conflict("run_terminal", f"Run is {run['status']}")
     _ceiling(ctx, run["version"] + 1)
     now = ctx.now
-    tx = Tx(state, now)
+    tx = StateWriter(state, now)
     new_run = bump_run(tx, run, 1) | {"cancelRequestedAtMs": now, "cancelReason": args["reason"]}
     tx.append_event(make_event(
         event_id=ids.cancel_request_event_id(run["id"], now, args["reason"]), run_id=run["id"],
@@ -948,7 +926,7 @@ def request_cancel(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
 
 # ------------------------------------------------------------------------------------------------
 # converge_cancellation (commands.md §4.17, cancellation.md §7)
-def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
+def _converge(state: State, ctx: CommandContext, run_id: str) -> tuple[Record, State]:
     loaded = load_run(state, ctx, run_id)
     run = loaded.run
     if "cancelRequestedAtMs" not in run:
@@ -986,7 +964,7 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
     for s in steps:  # a StepRun held by a blocked attempt is decided before the table is read (§5)
         held = explain[s["id"]] == RULE_STEP_BLOCKED_ATTEMPT
         ctx.fire(T.decision("converge.step_held").id if held else T.cancel_step_id(s["status"], timeout))
-    tx = Tx(state, ctx.now)
+    tx = StateWriter(state, ctx.now)
     for t in res["attemptTransitions"]:
         put_attempt(tx, t["attempt"])
         tx.append_event(t["event"])
@@ -1009,9 +987,9 @@ def _converge(state: State, ctx: Ctx, run_id: str) -> tuple[Record, State]:
     return result, tx.commit()
 
 
-def converge_cancellation(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def converge_cancellation(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     _args(ctx, args, ("runId",))
-    _require(ctx, is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
+    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     return _converge(state, ctx, args["runId"])
 
 
@@ -1023,9 +1001,9 @@ def _cancellation_candidates(state: State) -> list[tuple[tuple[Any, ...], Record
     return sorted(rows, key=lambda kv: kv[0])
 
 
-def _page_args(ctx: Ctx, args: Any, query: str) -> tuple[int, tuple[Any, ...] | None]:
+def _page_args(ctx: CommandContext, args: Any, query: str) -> tuple[int, tuple[Any, ...] | None]:
     limit_max, cursor_keys = T.QUERY_PAGES[query]
-    fail = Failer(ctx.family.invalid or "", "page_invalid")
+    fail = InvalidRaiser(ctx.family.invalid or "", "page_invalid")
     exact_keys(args, ("limit",), ("after",), fail, "page")
     fail.check(is_int_in(args["limit"], 1, limit_max), f"limit must be 1..{limit_max}")
     if "after" not in args:
@@ -1039,13 +1017,13 @@ def _page_args(ctx: Ctx, args: Any, query: str) -> tuple[int, tuple[Any, ...] | 
     return args["limit"], tuple(after[k] for k, _ in cursor_keys)
 
 
-def converge_cancellation_page(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def converge_cancellation_page(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     limit, after = _page_args(ctx, args, "cancellation_candidates")
     rows = [row for key, row in _cancellation_candidates(state) if after is None or key > after][: limit + 1]
     outcomes = []
     current = state
     for row in rows[:limit]:
-        sub = Ctx("converge_cancellation", ctx.now, ctx.rules)
+        sub = CommandContext("converge_cancellation", ctx.now, ctx.rules)
         try:
             result, current = _converge(current, sub, row["runId"])
         except QlwfError as e:
@@ -1115,8 +1093,8 @@ def recovery_candidate_rows(state: State, now: int) -> list[tuple[tuple[Any, ...
 Rows = list[tuple[tuple[Any, ...], Record]]
 
 
-def _query(rows_fn: Callable[[State, Ctx], Rows]) -> Callable[..., tuple[Record, State]]:
-    def run(state: State, ctx: Ctx, args: Any) -> tuple[Record, State]:
+def _query(rows_fn: Callable[[State, CommandContext], Rows]) -> Callable[..., tuple[Record, State]]:
+    def run(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
         limit, after = _page_args(ctx, args, ctx.command)
         rows = [row for key, row in rows_fn(state, ctx) if after is None or key > after]
         page = rows[:limit]
@@ -1129,7 +1107,7 @@ def _query(rows_fn: Callable[[State, Ctx], Rows]) -> Callable[..., tuple[Record,
     return run
 
 
-COMMANDS: dict[str, Callable[[State, Ctx, Any], tuple[Record, State]]] = {
+COMMANDS: dict[str, Callable[[State, CommandContext, Any], tuple[Record, State]]] = {
     "admit_workflow": admit_workflow,
     "frontier_candidates": _query(lambda s, _c: frontier_candidate_rows(s)),
     "advance_frontier": advance_frontier,
@@ -1163,7 +1141,7 @@ def apply(state: State, command: Any, at_ms: int | None = None) -> Outcome:
         raise ValueError(f"observation time {now!r} precedes the state clock {state.clock}")
     if not is_object(command) or set(command) != {"name", "args"} or command["name"] not in COMMANDS:
         raise ValueError(f"not a command: {command!r}")
-    ctx = Ctx(command["name"], now, [])
+    ctx = CommandContext(command["name"], now, [])
     try:
         result, new_state = COMMANDS[command["name"]](state, ctx, command["args"])
     except QlwfError as e:

@@ -82,9 +82,9 @@ def pure_refactor(repo: Path) -> None:
     text = system.read_text(encoding="utf-8")
     assert text.count("_converge(") == 3
     system.write_text(text.replace("_converge(", "_converge_run("), "utf-8")
-    attempt = ('def put_attempt(tx: Tx, attempt: Record) -> None:\n'
+    attempt = ('def put_attempt(tx: StateWriter, attempt: Record) -> None:\n'
                '    tx.table("attempts")[attempt["id"]] = canonical(attempt, ATTEMPT_KEYS)\n')
-    lease = ('def put_lease(tx: Tx, lease: Record) -> None:\n'
+    lease = ('def put_lease(tx: StateWriter, lease: Record) -> None:\n'
              '    tx.table("leases")[lease["attemptId"]] = canonical(lease, LEASE_KEYS)\n')
     _replace_once(system, attempt + "\n\n" + lease, lease + "\n\n" + attempt)
     _replace_once(repo / "model" / "tables.py",

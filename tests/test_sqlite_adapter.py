@@ -21,12 +21,11 @@ from qlwf.conformance import plans
 from qlwf.impl.port import SNAPSHOT_KINDS, CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.authority import OperationAuthority
-from qlwf.impl.sqlite.failures import Failures
 from qlwf.impl.sqlite.store import SqliteStore
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_text
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.state import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +135,7 @@ def test_invalid_arguments_fail_before_the_operation_is_queued(port: SqliteAdapt
 
 def test_operation_queue_is_bounded() -> None:
     authority = OperationAuthority(max_pending=1)
-    fail = Failures("advance_frontier")
+    fail = CommandErrors("advance_frontier")
     release, running, queued = threading.Event(), threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -490,7 +489,7 @@ def test_a_real_non_constraint_error_maps_to_unavailable(tmp_path: Path) -> None
     finally:
         conn.close()
     assert getattr(info.value, "sqlite_errorcode", None) is not None
-    err = map_storage_error(Failures("admit_workflow"), info.value)
+    err = map_storage_error(CommandErrors("admit_workflow"), info.value)
     assert (err.error_class, err.reason) == ("Unavailable", "storage_error")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from qlwf.model import frontier, system
 from qlwf.model import tables as T
 from qlwf.model.records import ATTEMPT_KEYS, RUN_KEYS, Record, canonical
-from qlwf.model.state import State, Tx
+from qlwf.model.state import State, StateWriter
 
 from .base import Mutant, Patcher
 
@@ -42,7 +42,7 @@ def _block_released_claim(mp: Patcher) -> None:
 def _recovery_refuses_intent(mp: Patcher) -> None:
     original = system.COMMANDS["recover_attempt"]
 
-    def recover(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def recover(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
         if a is not None and "cancelRequestedAtMs" in state.runs[a["runId"]]:
             raise ctx.conflict("cancellation_requested", "mutant: recovery refuses cancelling Runs")
@@ -51,7 +51,7 @@ def _recovery_refuses_intent(mp: Patcher) -> None:
     mp.setitem(system.COMMANDS, "recover_attempt", recover)
 
 
-class _TerminalFirstTx(Tx):
+class _TerminalFirstWriter(StateWriter):
     """Writes the parent terminal event before the last StepRun event of the same transaction."""
 
     def commit(self) -> State:
@@ -68,7 +68,7 @@ class _TerminalFirstTx(Tx):
 
 
 def _terminal_event_first(mp: Patcher) -> None:
-    mp.setattr(system, "Tx", _TerminalFirstTx)
+    mp.setattr(system, "StateWriter", _TerminalFirstWriter)
 
 
 def _skip_one_level(mp: Patcher) -> None:
@@ -83,7 +83,7 @@ def _skip_one_level(mp: Patcher) -> None:
 def _claim_ignores_intent(mp: Patcher) -> None:
     original = system.COMMANDS["claim_lease"]
 
-    def claim(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def claim(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
         run = state.runs.get(a["runId"]) if a else None
         if run is None or "cancelRequestedAtMs" not in run:
@@ -123,7 +123,7 @@ def _timeout_request_repeated(mp: Patcher) -> None:
 def _start_sets_started_at(mp: Patcher) -> None:
     original = system.COMMANDS["start_attempt"]
 
-    def start(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def start(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         result, new = original(state, ctx, args)
         if result.get("status") != "starting":
             return result, new

@@ -15,7 +15,7 @@ from typing import Any
 from qlwf.model import tables as T
 from qlwf.model.admission import RUN_IDENTITY_KEYS, admission_run
 from qlwf.model.canonical import canonical_text
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import (
     TASK_RECEIPT_KEYS,
     Record,
@@ -28,7 +28,6 @@ from qlwf.model.records import (
 )
 
 from .columns import admission_columns, snake
-from .failures import Failures
 from .store import Store, StoredStepRun
 
 
@@ -59,7 +58,7 @@ class LoadedAttempt:
 
 
 class Loads:
-    def __init__(self, store: Store, fail: Failures) -> None:
+    def __init__(self, store: Store, fail: CommandErrors) -> None:
         self.store = store
         self.fail = fail
 
