@@ -68,7 +68,8 @@ def test_snapshot_kinds_are_the_models() -> None:
 
 
 def test_impl_never_imports_the_whole_system_model() -> None:
-    """impl/ may call the model's pure functions, never qlwf.model.system or qlwf.model.state."""
+    """impl/ may call the model's pure functions, never qlwf.model.system, its commands (qlwf.model.cmd_*)
+    or qlwf.model.state."""
     for path in (ROOT / "impl").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -76,9 +77,10 @@ def test_impl_never_imports_the_whole_system_model() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.endswith(("model.system", "model.state")), f"{path}: imports {name}"
+                assert ".model.cmd_" not in name, f"{path}: imports {name}"
     code = "import sys, qlwf.impl.sqlite.adapter; print(sorted(m for m in sys.modules if m.startswith('qlwf.model')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "qlwf.model.system" not in out and "qlwf.model.state" not in out
+    assert "qlwf.model.system" not in out and "qlwf.model.state" not in out and "qlwf.model.cmd_" not in out
 
 
 @pytest.mark.parametrize("name", ["drop_everything", "abort", "zap"])  # names before and after the page command

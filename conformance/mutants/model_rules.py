@@ -11,7 +11,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from qlwf.model import frontier, system
+from qlwf.model import (
+    cmd_admission,
+    cmd_cancel,
+    cmd_frontier,
+    cmd_queries,
+    cmd_recovery,
+    cmd_tasks,
+    cmd_worker,
+    frontier,
+    system,
+)
 from qlwf.model import tables as T
 from qlwf.model.records import ATTEMPT_KEYS, RUN_KEYS, Record, canonical
 from qlwf.model.state import State, StateWriter
@@ -68,7 +78,8 @@ class _TerminalFirstWriter(StateWriter):
 
 
 def _terminal_event_first(mp: Patcher) -> None:
-    mp.setattr(system, "StateWriter", _TerminalFirstWriter)
+    for module in (cmd_admission, cmd_frontier, cmd_tasks, cmd_worker, cmd_recovery, cmd_cancel):  # every writer
+        mp.setattr(module, "StateWriter", _TerminalFirstWriter)
 
 
 def _skip_one_level(mp: Patcher) -> None:
@@ -104,7 +115,7 @@ def _completion_ignores_intent(mp: Patcher) -> None:
 
 
 def _requeue_keeps_epoch(mp: Patcher) -> None:
-    original = system.build_task_recovery
+    original = cmd_recovery.build_task_recovery
 
     def recover(inp: Any) -> Record:
         b = original(inp)
@@ -113,11 +124,11 @@ def _requeue_keeps_epoch(mp: Patcher) -> None:
         run = {**b["run"], "version": b["run"]["version"] - 1, "eventSequence": b["run"]["eventSequence"] - 1}
         return {**b, "run": run, "stepMutations": []}
 
-    mp.setattr(system, "build_task_recovery", recover)
+    mp.setattr(cmd_recovery, "build_task_recovery", recover)
 
 
 def _timeout_request_repeated(mp: Patcher) -> None:
-    mp.setattr(system, "_timeout_requested", lambda state, attempt: False)
+    mp.setattr(cmd_worker, "_timeout_requested", lambda state, attempt: False)
 
 
 def _start_sets_started_at(mp: Patcher) -> None:
@@ -134,13 +145,13 @@ def _start_sets_started_at(mp: Patcher) -> None:
 
 
 def _frontier_lists_cancelling_runs(mp: Patcher) -> None:
-    original = system.is_frontier_candidate
+    original = cmd_queries.is_frontier_candidate
 
     def candidate(run: Record, plan: Record, status_by_key: dict[str, str]) -> bool:
         unmasked = {k: v for k, v in run.items() if k not in ("cancelRequestedAtMs", "cancelReason")}
         return original(unmasked, plan, status_by_key)
 
-    mp.setattr(system, "is_frontier_candidate", candidate)
+    mp.setattr(cmd_queries, "is_frontier_candidate", candidate)
 
 
 class _FrontierTables:
