@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import CommandErrors
+from .integrity import counters_overflow
 from .records import ATTEMPT_KEYS, LEASE_KEYS, RUN_KEYS, Record, canonical
 from .rules import require
 from .state import StateWriter
 from .steprun import ledger_entry
-from .values import INT31_MAX
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,9 @@ class CommandContext(CommandErrors):
 # ------------------------------------------------------------------------------------------------
 # Writing helpers (commands.md §2.5)
 def ceiling(ctx: CommandContext, *values: int) -> None:
-    if any(v > INT31_MAX for v in values):
-        raise ctx.unavailable("counter_overflow", "a counter would exceed 2147483647")
+    overflow = counters_overflow(*values)
+    if overflow is not None:
+        raise ctx.unavailable(*overflow)
 
 
 def bump_run(tx: StateWriter, run: Record, k: int) -> Record:

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import tables as T
-from .admission import RUN_IDENTITY_KEYS, admission_run
 from .cmd_context import CommandContext
 from .errors import Invalid, QlwfError
+from .integrity import clock_problem, lease_mirror_problem, plan_step_problem, receipt_problem, run_problem
 from .records import (
     Record,
-    attempt_problem,
-    lease_problem,
     shared_admission_receipt,
     shared_plan,
     shared_step_run,
@@ -46,13 +43,9 @@ def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
         raise ctx.unavailable("plan_drift", e.message) from e
     if plan["planDigest"] != adm["planDigest"]:
         raise ctx.unavailable("plan_drift", "stored planDigest differs from the admission")
-    expected = admission_run(plan)
-    problems = [k for k in (*RUN_IDENTITY_KEYS, "createdAtMs", "startedAtMs") if run.get(k) != expected[k]]
-    if (problems or run["status"] not in T.RUN_STATUSES or run["version"] != run["eventSequence"]
-            or ("finishedAtMs" in run) != (run["status"] in T.TERMINAL_RUN)
-            or (run["status"] == "running" and ("errorCode" in run or "errorSummary" in run))
-            or ("cancelRequestedAtMs" in run) != ("cancelReason" in run)):
-        raise ctx.unavailable("run_drift", f"Run {run_id} drifted from its admission ({problems})")
+    drift = run_problem(run, plan)
+    if drift is not None:
+        raise ctx.unavailable(*drift)
     return Loaded(plan, adm, run)
 
 
@@ -64,14 +57,9 @@ def load_step(state: State, ctx: CommandContext, loaded: Loaded, step_run_id: st
         shared_step_run(s)
     except QlwfError as e:
         raise ctx.unavailable("step_drift", e.message) from e
-    p = next((p for p in loaded.plan["steps"] if p["stepRunId"] == s["id"]), None)
-    if p is None or not (
-        s["stepKey"] == p["stepKey"] and s["definitionRef"] == p["taskDefinitionRef"]
-        and s["definitionDigest"] == p["taskDefinitionDigest"] and s["kind"] == "task" and s["required"] is True
-        and s["parentStepRunId"] is None and s["inputRef"] is None
-        and s["createdAtMs"] == loaded.plan["plannedAtMs"]
-    ):
-        raise ctx.unavailable("step_drift", f"StepRun {s['id']} does not match its plan step")
+    drift = plan_step_problem(s, loaded.plan)
+    if drift is not None:
+        raise ctx.unavailable(*drift)
     return s
 
 
@@ -92,18 +80,9 @@ class LoadedAttempt:
 
 
 def check_lease_mirror(ctx: CommandContext, attempt: Record, lease: Record | None) -> None:
-    if lease is not None and (lease_problem(lease) or lease["attemptId"] != attempt["id"]
-                              or lease["runId"] != attempt["runId"]):
-        raise ctx.unavailable("lease_drift", f"lease of {attempt['id']} is malformed")
-    if "workerId" in attempt:
-        if lease is None or any(attempt[k] != lease[lk] for k, lk in (
-            ("workerId", "workerId"), ("leaseGeneration", "leaseGeneration"), ("leaseVersion", "version"),
-            ("leaseExpiresAtMs", "expiresAtMs"),
-        )):
-            raise ctx.unavailable("lease_drift", f"lease mirror of {attempt['id']} disagrees with its lease")
-    elif lease is not None and not (lease["status"] == "released"
-                                    and lease.get("releaseReason") in T.WORKER_RELEASE_REASONS):
-        raise ctx.unavailable("lease_drift", f"attempt {attempt['id']} lost its lease keys without a worker release")
+    drift = lease_mirror_problem(attempt, lease)
+    if drift is not None:
+        raise ctx.unavailable(*drift)
 
 
 def check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) -> Record:
@@ -113,11 +92,9 @@ def check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) 
         r = shared_task_receipt(receipt)
     except QlwfError as e:
         raise ctx.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e.message}") from e
-    if attempt_problem(attempt) or (r["attemptId"], r["runId"], r["stepRunId"], r["attemptNumber"], r["executorType"],
-                                    r["admittedAtMs"]) != (attempt["id"], attempt["runId"], attempt["stepRunId"],
-                                                           attempt["attempt"], attempt["executorType"],
-                                                           attempt["createdAtMs"]):
-        raise ctx.unavailable("receipt_drift", f"receipt of {attempt['id']} disagrees with the attempt")
+    drift = receipt_problem(attempt, r)
+    if drift is not None:
+        raise ctx.unavailable(*drift)
     return r
 
 
@@ -136,10 +113,9 @@ def load_attempt(state: State, ctx: CommandContext, attempt_id: str) -> LoadedAt
 def clock_floor(state: State, ctx: CommandContext, run_id: str, leases: list[Record | None]) -> None:
     """S-14: now must not precede the Run's last event or any loaded lease's updatedAtMs."""
     events = state.events_of(run_id)
-    floor = max([events[-1]["createdAtMs"] if events else 0,
-                 *(lease["updatedAtMs"] for lease in leases if lease is not None)])
-    if ctx.now < floor:
-        raise ctx.invalid("clock_regression", f"observation time {ctx.now} precedes {floor}")
+    regression = clock_problem(ctx.now, events[-1]["createdAtMs"] if events else None, leases)
+    if regression is not None:
+        raise ctx.invalid(*regression)
 
 
 def at_epoch(step: Record, receipt: Record) -> bool:

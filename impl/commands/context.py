@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from qlwf.model.errors import CommandErrors
+from qlwf.model.integrity import counters_overflow
 from qlwf.model.records import Record
-from qlwf.model.values import INT31_MAX
 
 from .loads import Loads
 from .store import Store
@@ -29,8 +29,9 @@ class StoreTx:
 
     def ceiling(self, *values: int) -> None:
         """Counter ceiling (commands.md §2.5): no write may push a counter past 2147483647."""
-        if any(v > INT31_MAX for v in values):
-            raise self.fail.unavailable("counter_overflow", "a counter would exceed 2147483647")
+        overflow = counters_overflow(*values)
+        if overflow is not None:
+            raise self.fail.unavailable(*overflow)
 
 
 class RunCounter:
