@@ -14,8 +14,6 @@ from .records import Record, normalize_plan
 from .state import State, StateWriter
 
 
-# ------------------------------------------------------------------------------------------------
-# admit_workflow (commands.md §4.1, frontier.md §2–§3)
 def _verify_frozen_evidence(state: State, ctx: CommandContext, bundle: Record) -> None:
     plan = bundle["plan"]
     pd = plan["planDigest"]

@@ -13,8 +13,6 @@ from .records import exact_keys
 from .values import INT31_MAX, SAFE_INT_MAX, is_digest, is_identifier, is_int_in, is_portable_id, is_timestamp
 
 
-# ------------------------------------------------------------------------------------------------
-# Argument checks
 def command_args(ctx: CommandContext, args: Any, required: tuple[str, ...],
                  optional: tuple[str, ...] = ()) -> dict[str, Any]:
     exact_keys(args, required, optional, ctx.argument_raiser(), f"{ctx.command} arguments")

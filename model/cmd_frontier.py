@@ -16,8 +16,6 @@ from .state import State, StateWriter
 from .values import is_portable_id
 
 
-# ------------------------------------------------------------------------------------------------
-# advance_frontier (commands.md §4.3)
 def advance_frontier(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     command_args(ctx, args, ("runId",))
     ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")

@@ -19,8 +19,6 @@ from .records import (
 from .state import State
 
 
-# ------------------------------------------------------------------------------------------------
-# Integrity loads (commands.md §2.4)
 @dataclass
 class Loaded:
     plan: Record

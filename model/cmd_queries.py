@@ -24,8 +24,6 @@ def cancellation_candidate_rows(state: State) -> list[tuple[tuple[Any, ...], Rec
     return sorted(rows, key=lambda kv: kv[0])
 
 
-# ------------------------------------------------------------------------------------------------
-# Queries (commands.md §2.6, §4.2, §4.4, §4.13, §4.16)
 def frontier_candidate_rows(state: State) -> list[tuple[tuple[Any, ...], Record]]:
     rows = []
     for adm in state.admissions.values():

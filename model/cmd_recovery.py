@@ -16,8 +16,6 @@ from .state import State, StateWriter
 from .values import is_portable_id
 
 
-# ------------------------------------------------------------------------------------------------
-# recover_attempt (commands.md §4.14)
 def recover_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     command_args(ctx, args, ("attemptId", "evidence"))
     ctx.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")

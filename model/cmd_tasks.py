@@ -16,8 +16,6 @@ from .state import State, StateWriter
 from .values import is_identifier, is_portable_id
 
 
-# ------------------------------------------------------------------------------------------------
-# admit_task_attempt (commands.md §4.5)
 def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
     command_args(ctx, args, ("runId", "stepRunId", "binding"))
     ctx.require(is_portable_id(args["runId"]) and is_identifier(args["stepRunId"]), "runId/stepRunId invalid")

@@ -30,8 +30,6 @@ from .steprun import transition_step_run_mutation
 from .values import INT31_MAX, SAFE_INT_MAX, is_int_in
 
 
-# ------------------------------------------------------------------------------------------------
-# Worker commands (commands.md §4.6–§4.12)
 def _attempt_event(la: LoadedAttempt, counter: RunCounter, kind: str, generation: int, type_: str,
                    actor: Record, payload_fn: Callable[[int], Record], now: int) -> Record:
     v, seq = counter.next()
