@@ -87,9 +87,9 @@ def test_a_corrupted_record_gets_the_same_verdict_through_both_paths(kind: str, 
     port.corrupt(kind, key, patch)
     renew = {"attemptId": attempt_id, "workerId": "w1", "leaseGeneration": 1, "durationMs": 30_000}
     model = apply(state, {"name": "renew_lease", "args": renew}, T0 + 3)
-    assert model.error is not None and model.error.to_json() == {"class": "Unavailable",
-                                                                 "code": "PLUGIN_PACKAGE_WORKFLOW_TASK_EXECUTION_UNAVAILABLE",
-                                                                 "reason": reason}
+    assert model.error is not None
+    assert model.error.to_json() == {"class": "Unavailable",
+                                     "code": "PLUGIN_PACKAGE_WORKFLOW_TASK_EXECUTION_UNAVAILABLE", "reason": reason}
     with pytest.raises(QlwfError) as stored:
         port.execute("renew_lease", renew, now=T0 + 3)
     assert stored.value.to_json() == model.error.to_json()
