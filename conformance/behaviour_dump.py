@@ -238,7 +238,7 @@ def corpus(traces: list[Record]) -> Record:
     from qlwf.model.state import State
     from qlwf.model.system import advance_time, apply
 
-    from .faults import corrupt_state
+    from .drift_mirror import corrupt_state
 
     out: Record = {}
     for t in traces:

@@ -23,7 +23,7 @@ from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
 from . import plans
-from .faults import apply_patch, corrupt_state
+from .drift_mirror import apply_patch, corrupt_state
 from .trace import Trace, advance, command, corruption, dumps, record
 
 CORPUS_DIR = Path(__file__).with_name("corpus")

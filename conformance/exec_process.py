@@ -99,10 +99,6 @@ class DriverProcess:
         self.interrupted = False
 
     # ---- the channel ----------------------------------------------------------------------------
-    def exchange(self, request: Message, timeout_s: float | None = None) -> Message:
-        """Send `request`, return the one response object; any breach kills the driver and raises."""
-        return self.receive(self.send(request, timeout_s))
-
     def send(self, request: Message, timeout_s: float | None = None) -> float:
         """Write `request` (nothing may be unanswered); its response deadline, for `receive`."""
         if self.failure is not None:

@@ -17,7 +17,7 @@ from qlwf.model.records import Record, plan_digest, step_run_digest, task_receip
 from qlwf.model.values import INT31_MAX
 
 from . import plans
-from .faults import apply_patch, corrupt_state
+from .drift_mirror import apply_patch, corrupt_state
 from .generators import Chooser, GeneratorConfig, _Generator
 from .trace import Trace, advance, corruption
 

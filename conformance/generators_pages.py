@@ -17,7 +17,7 @@ from qlwf.model.records import Record
 from qlwf.model.system import advance_time
 
 from . import plans
-from .faults import corrupt_state
+from .drift_mirror import corrupt_state
 from .generators import GeneratorConfig, RandomChooser, _Generator
 from .trace import Trace, advance, corruption
 

@@ -41,10 +41,6 @@ def layered(g: nx.DiGraph) -> Positions:
     return pos
 
 
-def dot_available() -> bool:
-    return shutil.which("dot") is not None
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

@@ -15,7 +15,7 @@ from qlwf.model import tables as T
 from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
-from .faults import corrupt_state
+from .drift_mirror import corrupt_state
 from .trace import Trace
 
 # The replay answers of commands.md §3 / §2.7, per command. renew_lease, recover_attempt and the

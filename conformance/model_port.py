@@ -9,7 +9,7 @@ from qlwf.model.errors import Unavailable
 from qlwf.model.state import State
 from qlwf.model.system import apply
 
-from .faults import corrupt_state
+from .drift_mirror import corrupt_state
 
 
 class ModelPort(CommandPort):

@@ -80,10 +80,6 @@ class Reachability:
         self._lock = threading.Lock()  # state
         self._probing = threading.Lock()  # one probe connection at a time (connection headroom)
 
-    @property
-    def outage_seconds(self) -> float:
-        return sum(o.seconds for o in self.outages)
-
     def wait(self) -> None:
         """Return once the server answers; raise StorageUnreachable when the window is spent."""
         while True:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
-MESSAGE_TYPES = ("hello", "reset", "apply", "snapshot", "corrupt", "close")
 
 
 @functools.cache

@@ -10,7 +10,7 @@ A trace file is one JSON object:
      ]}
 
 `corrupt` is a fault-injection step (drift traces): the backend overwrites one stored record
-behind the commands' back and the model mirrors it (conformance/faults.py). Once recorded, every
+behind the commands' back and the model mirrors it (conformance/drift_mirror.py). Once recorded, every
 step also carries what the model did: `clock` (the harness clock after the step), `outcome`
 (commands only: {"ok": result} or {"error": {class, code, reason}}), `rules` (the model rule-table
 rows that fired) and `state` = {"digest": sha256 of the canonical snapshot, "changes": the records
@@ -36,7 +36,7 @@ from qlwf.model.canonical import canonical_json
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
-from .faults import corrupt_state
+from .drift_mirror import corrupt_state
 
 TRACE_FORMAT = "qlwf-trace"
 TRACE_VERSION = 1

@@ -30,12 +30,12 @@ from types import ModuleType
 from typing import Any
 
 from qlwf.impl.commands import arguments
-from qlwf.impl.commands.failures import ConcurrentChange, Failures
+from qlwf.impl.commands.failures import ConcurrentChange
 from qlwf.impl.commands.pages import assemble_page, page_result, workflow_outcome
 from qlwf.impl.commands.registry import CONVERGE, WRITING_COMMANDS, WritingCommand, run_command
 from qlwf.impl.commands.store import Store
 from qlwf.impl.port import Clock, CommandPort, FixedClock, Record, Snapshot
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 
 PAGE = "converge_cancellation_page"
 MAX_TRIES = 3  # storage.md §6.2: a command is tried at most three times
@@ -103,11 +103,11 @@ class SqlAdapter(CommandPort):
 
     # ---- the dialect ------------------------------------------------------------------------------
     @abstractmethod
-    def _operation(self, fail: Failures) -> contextlib.AbstractContextManager[None]:
+    def _operation(self, fail: CommandErrors) -> contextlib.AbstractContextManager[None]:
         """Admit one operation (a closed or saturated store refuses here)."""
 
     @abstractmethod
-    def _connection(self, fail: Failures) -> contextlib.AbstractContextManager[Any]:
+    def _connection(self, fail: CommandErrors) -> contextlib.AbstractContextManager[Any]:
         """The connection one try, query or snapshot runs on."""
 
     @abstractmethod
@@ -121,7 +121,7 @@ class SqlAdapter(CommandPort):
         """Roll back whatever is open; never raises (the original error is what gets reported)."""
 
     @abstractmethod
-    def _map_storage_error(self, fail: Failures, error: BaseException) -> QlwfError: ...
+    def _map_storage_error(self, fail: CommandErrors, error: BaseException) -> QlwfError: ...
 
     @abstractmethod
     def _database_time(self, conn: Any) -> Callable[[], int]:
@@ -148,7 +148,7 @@ class SqlAdapter(CommandPort):
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
         if name not in WRITING_COMMANDS and name not in self.queries.QUERIES and name != PAGE:
             raise ValueError(f"not a command: {name!r}")
-        fail = Failures(name)
+        fail = CommandErrors(name)
         self.set_step_time(now)
         if name in WRITING_COMMANDS:
             command = WRITING_COMMANDS[name]
@@ -163,18 +163,18 @@ class SqlAdapter(CommandPort):
             return self._query(fail, name, limit, after)
 
     def snapshot(self) -> Snapshot:
-        fail = Failures("cancellation_candidates")
+        fail = CommandErrors("cancellation_candidates")
         with self._operation(fail), self._connection(fail) as conn:
             return self._read_snapshot(conn)
 
     def corrupt(self, kind: str, key: list[Any], patch: Record) -> None:
         """FaultInjection: overwrite one stored record (drift traces only)."""
-        fail = Failures("cancellation_candidates")
+        fail = CommandErrors("cancellation_candidates")
         with self._operation(fail), self._connection(fail) as conn:
             self._corrupt(conn, kind, key, patch)
 
     # ---- writing transactions ---------------------------------------------------------------------
-    def _transaction(self, fail: Failures, command: WritingCommand, args: Any, prepared: Any) -> Record:
+    def _transaction(self, fail: CommandErrors, command: WritingCommand, args: Any, prepared: Any) -> Record:
         for attempt in range(1, self.max_tries + 1):
             now: list[int] = []
             lost: list[bool] = []
@@ -199,7 +199,7 @@ class SqlAdapter(CommandPort):
         self._observe(fail.command, args, {"error": error.to_json()}, [])
         raise error
 
-    def _try(self, fail: Failures, command: WritingCommand, prepared: Any, on_now: Callable[[int], None],
+    def _try(self, fail: CommandErrors, command: WritingCommand, prepared: Any, on_now: Callable[[int], None],
              lost: list[bool]) -> Record:
         """One try; appends to `lost` when the connection broke after COMMIT was sent (outcome unknown)."""
         with self._connection(fail) as conn:
@@ -228,7 +228,7 @@ class SqlAdapter(CommandPort):
             self.observer(TransactionLog(name, args, outcome, now[-1] if now else None, ambiguous))
 
     # ---- queries and the convergence page -------------------------------------------------------
-    def _query(self, fail: Failures, name: str, limit: int, after: tuple[Any, ...] | None) -> Record:
+    def _query(self, fail: CommandErrors, name: str, limit: int, after: tuple[Any, ...] | None) -> Record:
         with self._connection(fail) as conn:
             try:
                 if name == "recovery_candidates":
@@ -240,7 +240,7 @@ class SqlAdapter(CommandPort):
                 raise self._map_storage_error(fail, e) from e
         return page_result(name, rows, limit)
 
-    def _converge_page(self, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
+    def _converge_page(self, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
         """commands.md §4.18: scan, then one transaction per workflow; a workflow's error never fails the page."""
         try:
             with self._connection(fail) as conn:
@@ -248,7 +248,7 @@ class SqlAdapter(CommandPort):
         except (*self.storage_errors, QlwfError) as e:
             raise fail.unavailable("scan_failed", str(e)) from e
         outcomes = []
-        workflow = Failures("converge_cancellation")
+        workflow = CommandErrors("converge_cancellation")
         for row in rows[:limit]:
             args = {"runId": row["runId"]}
             try:

@@ -6,9 +6,9 @@ from typing import Any
 
 from . import ids
 from . import tables as T
+from .errors import InvalidRaiser
 from .records import (
     TASK_RECEIPT_KEYS,
-    Failer,
     Record,
     binding_plan_problem,
     exact_keys,
@@ -20,7 +20,7 @@ from .records import (
 )
 from .values import INT31_MAX, is_int, is_int_in, is_object, is_timestamp
 
-ADMISSION_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "input_invalid")
+ADMISSION_FAIL = InvalidRaiser(T.FAMILIES["task_admission"].invalid or "", "input_invalid")
 ADMISSION_INPUT_KEYS = ("plan", "run", "stepRun", "binding", "attemptNumber", "admittedAtMs")
 SYSTEM_ACTOR: Record = {"type": "system"}
 

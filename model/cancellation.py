@@ -6,10 +6,9 @@ from typing import Any
 
 from . import ids
 from . import tables as T
-from .errors import QlwfError, Unavailable
+from .errors import InvalidRaiser, QlwfError, Unavailable
 from .records import (
     ATTEMPT_RECEIPT_AGREEMENT,
-    Failer,
     Record,
     foreign_attempt_keys,
     make_event,
@@ -19,8 +18,7 @@ from .records import (
 from .steprun import transition_normalized_mutation
 from .values import INT31_MAX, is_array, is_int, is_int31, is_object, is_timestamp, same
 
-CANCEL_FAIL = Failer(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
-PAGE_FAIL = Failer(T.FAMILIES["page"].invalid or "", "page_invalid")
+CANCEL_FAIL = InvalidRaiser(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
 ACTOR = T.CANCELLATION_ACTOR
 
 RULE_ATTEMPT_SETTLE = "cancel.attempt.settle: claimed without a leased lease"

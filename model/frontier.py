@@ -6,12 +6,12 @@ from typing import Any
 
 from . import ids
 from . import tables as T
-from .errors import Invalid, QlwfError
-from .records import Failer, Record, shared_plan, shared_step_run, topological_keys
+from .errors import Invalid, InvalidRaiser, QlwfError
+from .records import Record, shared_plan, shared_step_run, topological_keys
 from .steprun import transition_normalized_mutation
 from .values import is_array, is_int, is_object
 
-FRONTIER_FAIL = Failer(T.FAMILIES["frontier"].invalid or "", "snapshot_invalid")
+FRONTIER_FAIL = InvalidRaiser(T.FAMILIES["frontier"].invalid or "", "snapshot_invalid")
 RECONCILER: Record = {"type": "reconciler"}
 RUN_SHAPE = (
     ("triggerType", T.TRIGGER_TYPE), ("executionOrigin", T.EXECUTION_ORIGIN),

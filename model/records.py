@@ -12,13 +12,11 @@ import operator
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Any, NoReturn
-
-import networkx as nx
+from typing import Any
 
 from . import tables as T
 from .canonical import canonical_json, digest_bytes, json_digest, plain_canonical_json
-from .errors import Invalid
+from .errors import InvalidRaiser
 from .values import (
     _RESOURCE_RE,
     INT31_MAX,
@@ -47,26 +45,11 @@ from .values import (
 Record = dict[str, Any]
 
 
-class Failer:
-    """Raises the normalizer's Invalid error; keeps call sites one short line each."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        self.code = code
-        self.reason = reason
-
-    def __call__(self, message: str) -> NoReturn:
-        raise Invalid(self.code, self.reason, message)
-
-    def check(self, ok: bool, message: str) -> None:
-        if not ok:
-            self(message)
-
-
-PLAN_FAIL = Failer(T.FAMILIES["plan"].invalid or "", "plan_invalid")
-STEP_FAIL = Failer(T.FAMILIES["step_run"].invalid or "", "step_run_invalid")
-ADMISSION_RECEIPT_FAIL = Failer(T.FAMILIES["admission_receipt"].invalid or "", "receipt_invalid")
-TASK_RECEIPT_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "receipt_invalid")
-BINDING_FAIL = Failer(T.FAMILIES["task_admission"].invalid or "", "argument_invalid")
+PLAN_FAIL = InvalidRaiser(T.FAMILIES["plan"].invalid or "", "plan_invalid")
+STEP_FAIL = InvalidRaiser(T.FAMILIES["step_run"].invalid or "", "step_run_invalid")
+ADMISSION_RECEIPT_FAIL = InvalidRaiser(T.FAMILIES["admission_receipt"].invalid or "", "receipt_invalid")
+TASK_RECEIPT_FAIL = InvalidRaiser(T.FAMILIES["task_admission"].invalid or "", "receipt_invalid")
+BINDING_FAIL = InvalidRaiser(T.FAMILIES["task_admission"].invalid or "", "argument_invalid")
 
 
 @cache
@@ -74,7 +57,7 @@ def _keyset(keys: tuple[str, ...]) -> frozenset[str]:
     return frozenset(keys)
 
 
-def exact_keys(x: Any, required: tuple[str, ...], optional: tuple[str, ...], fail: Failer, what: str) -> None:
+def exact_keys(x: Any, required: tuple[str, ...], optional: tuple[str, ...], fail: InvalidRaiser, what: str) -> None:
     if type(x) is dict and (x.keys() == _keyset(required) if not optional
                             else _keyset(required) <= x.keys() <= _keyset(required + optional)):
         return  # the common case, decided without building the messages' lists
@@ -147,14 +130,6 @@ def _is_acyclic(steps: list[Record]) -> bool:
 
 # `,"planDigest":"<64 hex>"` appended to the unsigned plan's text (the closing brace moves after it).
 _PLAN_DIGEST_MEMBER_BYTES = len(',"planDigest":""') + 64
-
-
-def dependency_graph(steps: list[Record]) -> nx.DiGraph:
-    """need → dependent edges over step keys."""
-    g = nx.DiGraph()
-    g.add_nodes_from(s["stepKey"] for s in steps)
-    g.add_edges_from((need, s["stepKey"]) for s in steps for need in s["needs"])
-    return g
 
 
 _PLAN_STEP_KEYSET = frozenset(PLAN_STEP_KEYS)
@@ -242,10 +217,6 @@ def sign_plan(unsigned: Record) -> Record:
     return normalize_plan({**body, "planDigest": plan_digest(body)})
 
 
-def plan_step_by_run_id(plan: Record) -> dict[str, Record]:
-    return {s["stepRunId"]: s for s in plan["steps"]}
-
-
 # --------------------------------------------------------------------------------------------------
 # StepRun (records.md §6.3)
 STEP_RUN_KEYS = (
@@ -310,30 +281,6 @@ def _ref(v: Any) -> bool:
     return type(v) is str and (_PRINTABLE_512(v) is not None or is_reference_text(v))
 
 
-def _step_fields_ok(x: Record) -> bool:
-    """True only if every rule of _STEP_RULES holds (the same predicates, some inlined, in their
-    order, so the same exceptions if any); a False runs the rule loop to name the first failing key."""
-    ref = _ref
-    return (
-        x["schema"] == T.SCHEMA_STEP_RUN and _ident(x["id"]) and _ident(x["runId"])
-        and (x["parentStepRunId"] is None or _ident(x["parentStepRunId"])) and _ident(x["stepKey"])
-        and x["kind"] in T.STEP_KINDS and ref(x["definitionRef"])
-        and type(x["definitionDigest"]) is str and _HEX_64(x["definitionDigest"]) is not None
-        and type(x["required"]) is bool and x["status"] in T.STEP_STATUSES
-        and type(x["version"]) is int and 1 <= x["version"] <= INT31_MAX
-        and type(x["attemptCount"]) is int and 0 <= x["attemptCount"] <= T.MAX_STEP_RUN_ATTEMPTS
-        and (x["inputRef"] is None or ref(x["inputRef"])) and (x["outputRef"] is None or ref(x["outputRef"]))
-        and (x["approvalRequestId"] is None or _ident(x["approvalRequestId"]))
-        and (x["readyAtMs"] is None or _ts(x["readyAtMs"])) and (x["startedAtMs"] is None or _ts(x["startedAtMs"]))
-        and (x["finishedAtMs"] is None or _ts(x["finishedAtMs"]))
-        and (x["resultCode"] is None or is_result_code(x["resultCode"]))
-        and (x["errorSummary"] is None or (type(x["errorSummary"]) is str and _PRINTABLE_2048(x["errorSummary"])
-                                           is not None) or is_summary_text(x["errorSummary"]))
-        and _ts(x["createdAtMs"]) and _ts(x["updatedAtMs"]) and _ident(x["lastMutationId"])
-        and type(x["stepRunDigest"]) is str and _HEX_64(x["stepRunDigest"]) is not None
-    )
-
-
 _STR_ONLY = frozenset((str,))
 _IDENT_PART = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
 # id, runId, stepKey, lastMutationId, definitionRef (ASCII REFERENCE_TEXT), definitionDigest, stepRunDigest
@@ -345,7 +292,7 @@ _STEP_STATUS_SET = frozenset(T.STEP_STATUSES)
 
 
 def _step_values_ok(v: tuple[Any, ...]) -> bool:
-    """_step_fields_ok on the values in canonical order, held in locals (no dict look-ups). Only
+    """The rules of _STEP_RULES on the values in canonical order, held in locals (no dict look-ups). Only
     ever stricter than the rules (exact str types before a set look-up): a False runs the rule loop,
     which decides."""
     (schema, id_, run_id, parent, step_key, kind, definition_ref, definition_digest, required, status,
@@ -446,7 +393,7 @@ def step_run_invariant_violation(s: Record) -> str | None:
 STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 
 
-def normalize_step_run(x: Any, fail: Failer = STEP_FAIL) -> Record:
+def normalize_step_run(x: Any, fail: InvalidRaiser = STEP_FAIL) -> Record:
     if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
         exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
     values = _STEP_VALUES(x)
@@ -473,7 +420,7 @@ def seal_step_run(s: Record) -> Record:
     return {**body, "stepRunDigest": step_run_digest(body)}
 
 
-def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL, *, fresh: bool = False) -> tuple[Record, bytes]:
+def sealed_step_run_bytes(s: Record, fail: InvalidRaiser = STEP_FAIL, *, fresh: bool = False) -> tuple[Record, bytes]:
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
     invariants and size are checked; types hold by construction. Returns the record and its full
     canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again.
@@ -498,10 +445,6 @@ def sealed_step_run_bytes(s: Record, fail: Failer = STEP_FAIL, *, fresh: bool = 
     return sealed, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
 
 
-def self_check_step_run(s: Record, fail: Failer = STEP_FAIL) -> Record:
-    return sealed_step_run_bytes(s, fail)[0]
-
-
 # --------------------------------------------------------------------------------------------------
 # Workflow admission receipt (records.md §6.9)
 ADMISSION_RECEIPT_KEYS = (
@@ -515,7 +458,7 @@ def admission_receipt_digest(receipt: Record) -> str:
     return json_digest(T.DOMAIN_ADMISSION_RECEIPT, {k: receipt[k] for k in ADMISSION_RECEIPT_KEYS[:-1]})
 
 
-def normalize_admission_receipt(x: Any, fail: Failer = ADMISSION_RECEIPT_FAIL) -> Record:
+def normalize_admission_receipt(x: Any, fail: InvalidRaiser = ADMISSION_RECEIPT_FAIL) -> Record:
     exact_keys(x, ADMISSION_RECEIPT_KEYS, (), fail, "admission receipt")
     fail.check(x["schema"] == T.SCHEMA_ADMISSION_RECEIPT, "admission receipt schema mismatch")
     fail.check(is_identifier(x["planId"]), "planId invalid")
@@ -580,7 +523,7 @@ def _binding_shape_problem(x: Record) -> str | None:
     return None
 
 
-def normalize_binding(x: Any, fail: Failer = BINDING_FAIL) -> Record:
+def normalize_binding(x: Any, fail: InvalidRaiser = BINDING_FAIL) -> Record:
     exact_keys(x, BINDING_KEYS, (), fail, "execution binding")
     problem = _binding_shape_problem(x)
     if problem:
@@ -603,7 +546,7 @@ def task_receipt_digest(receipt: Record) -> str:
     return json_digest(T.DOMAIN_TASK_RECEIPT, {k: receipt[k] for k in TASK_RECEIPT_KEYS[:-1]})
 
 
-def normalize_task_receipt(x: Any, fail: Failer = TASK_RECEIPT_FAIL) -> Record:
+def normalize_task_receipt(x: Any, fail: InvalidRaiser = TASK_RECEIPT_FAIL) -> Record:
     exact_keys(x, TASK_RECEIPT_KEYS, (), fail, "task attempt receipt")
     fail.check(x["schema"] == T.SCHEMA_TASK_RECEIPT, "task attempt receipt schema mismatch")
     fail.check(is_portable_id(x["attemptId"]), "attemptId invalid")
@@ -636,45 +579,6 @@ RUN_KEYS = (
     "createdAtMs", "startedAtMs", "cancelRequestedAtMs", "cancelReason", "finishedAtMs", "errorCode",
     "errorSummary",
 )
-RUN_REQUIRED_KEYS = RUN_KEYS[:16]
-RUN_OPTIONAL_KEYS = RUN_KEYS[16:]
-_RUN_RULES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
-    ("id", is_portable_id),
-    ("projectId", is_identifier),
-    ("taskId", is_resource_id),
-    ("taskRevision", is_digest),
-    ("taskSnapshotRef", is_reference_text),
-    ("triggerType", lambda v: v == T.TRIGGER_TYPE),
-    ("executionOrigin", lambda v: v == T.EXECUTION_ORIGIN),
-    ("executionOwner", lambda v: v == T.EXECUTION_OWNER),
-    ("requestId", is_identifier),
-    ("status", lambda v: v in T.RUN_STATUSES),
-    ("version", is_int31),
-    ("eventSequence", is_int31),
-    ("priority", is_int),
-    ("idempotencyKey", lambda v: is_str(v) and 1 <= len(v) <= 255),
-    ("createdAtMs", is_timestamp),
-    ("startedAtMs", is_timestamp),
-    ("cancelRequestedAtMs", is_timestamp),
-    ("cancelReason", lambda v: v in T.CANCEL_REASONS),
-    ("finishedAtMs", is_timestamp),
-    ("errorCode", lambda v: is_bounded_string(v, 128) and v != ""),
-    ("errorSummary", lambda v: is_bounded_string(v, 1024) and v != ""),
-)
-
-
-def normalize_run(x: Any, fail: Failer) -> Record:
-    """A v1 workflow aggregate Run: types of every key, intent keys paired, terminal shape."""
-    exact_keys(x, RUN_REQUIRED_KEYS, RUN_OPTIONAL_KEYS, fail, "Run")
-    for key, rule in _RUN_RULES:
-        if key in x:
-            fail.check(rule(x[key]), f"Run {key} is invalid")
-    fail.check(("cancelRequestedAtMs" in x) == ("cancelReason" in x), "Run intent keys must be paired")
-    fail.check(("finishedAtMs" in x) == (x["status"] in T.TERMINAL_RUN),
-               "Run finishedAtMs must be present iff terminal")
-    if x["status"] == "running":
-        fail.check("errorCode" not in x and "errorSummary" not in x, "running Run carries an error")
-    return canonical(x, RUN_KEYS)
 
 
 ATTEMPT_KEYS = (
@@ -751,13 +655,6 @@ def foreign_attempt_keys(x: Record) -> list[str]:
     return sorted(k for k in x if k not in GENERIC_ATTEMPT_KEYSET)
 
 
-def normalize_attempt(x: Any, fail: Failer) -> Record:
-    problem = attempt_problem(x)
-    if problem:
-        fail(problem)
-    return canonical(x, ATTEMPT_KEYS)
-
-
 LEASE_KEYS = (
     "attemptId", "runId", "status", "version", "leaseGeneration", "workerId", "acquiredAtMs", "renewedAtMs",
     "expiresAtMs", "releasedAtMs", "releaseReason", "completedAtMs", "updatedAtMs",
@@ -804,13 +701,6 @@ def lease_problem(x: Any) -> str | None:
     return None
 
 
-def normalize_lease(x: Any, fail: Failer) -> Record:
-    problem = lease_problem(x)
-    if problem:
-        fail(problem)
-    return canonical(x, LEASE_KEYS)
-
-
 EVENT_KEYS = (
     "id", "runId", "sequence", "type", "dedupeKey", "actorType", "actorId", "attemptId", "stepRunId",
     "payload", "createdAtMs",
@@ -837,13 +727,6 @@ def event_problem(x: Any) -> str | None:
     if len(canonical_json(x["payload"])) > T.MAX_EVENT_PAYLOAD_BYTES:
         return "event payload exceeds 16384 bytes"
     return None
-
-
-def normalize_event(x: Any, fail: Failer) -> Record:
-    problem = event_problem(x)
-    if problem:
-        fail(problem)
-    return canonical(x, EVENT_KEYS)
 
 
 def make_event(*, event_id: str, run_id: str, sequence: int, type_: str, actor: Record,

@@ -6,9 +6,9 @@ from typing import Any
 
 from . import ids
 from . import tables as T
+from .errors import InvalidRaiser
 from .records import (
     ATTEMPT_RECEIPT_AGREEMENT,
-    Failer,
     Record,
     exact_keys,
     foreign_attempt_keys,
@@ -21,7 +21,7 @@ from .values import is_int, is_int31, is_object, is_timestamp, same
 
 P = ids.RECOVERY_PREFIXES
 
-RECOVERY_FAIL = Failer(T.FAMILIES["task_recovery"].invalid or "", "input_invalid")
+RECOVERY_FAIL = InvalidRaiser(T.FAMILIES["task_recovery"].invalid or "", "input_invalid")
 RECOVERY_INPUT_KEYS = ("admission", "run", "attempt", "stepRun", "reason", "observedAtMs")
 SYSTEM_ACTOR: Record = {"type": "system"}
 

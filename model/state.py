@@ -1,6 +1,6 @@
 """The durable state of many workflows (commands.md §1.1) and its canonical snapshot.
 
-States are immutable values: a command builds a new State through a `Tx` that copies only the
+States are immutable values: a command builds a new State through a `StateWriter` that copies only the
 tables it writes, so the previous State stays valid and cheap to keep (Hypothesis, the explorer and
 the conformance harness all hold on to old states).
 """
@@ -88,7 +88,7 @@ _FIELDS = ("admissions", "admission_steps", "runs", "step_runs", "mutations", "e
            "leases")
 
 
-class Tx:
+class StateWriter:
     """Copy-on-write writer over a State; `commit()` returns the new State."""
 
     def __init__(self, base: State, now: int) -> None:

@@ -99,7 +99,6 @@ CANCELLATION_ACTOR: Final = {"type": "reconciler", "id": "runtime:cancellation"}
 TERMINAL_RUN: Final = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
 TERMINAL_STEP: Final = frozenset({"succeeded", "failed", "skipped", "cancelled", "timed_out"})
 BLOCKING_STEP: Final = frozenset({"failed", "skipped", "cancelled", "timed_out"})
-OPEN_STEP: Final = frozenset({"pending", "ready", "waiting_approval", "running", "lost"})
 ACTIVE_ATTEMPT: Final = frozenset({"claimed", "starting", "running"})
 TERMINAL_ATTEMPT: Final = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 # ACTIVE_ATTEMPT in the order of ATTEMPT_STATUSES, for storage queries that list it (SQL IN-lists).
@@ -581,10 +580,6 @@ COMMAND_OUTCOMES: Final = {
 }
 WRITING_COMMANDS: Final = tuple(c for c in COMMAND_OUTCOMES if not c.endswith("_candidates"))
 QUERY_COMMANDS: Final = tuple(c for c in COMMAND_OUTCOMES if c.endswith("_candidates"))
-WORKER_COMMANDS: Final = (
-    "claim_lease", "renew_lease", "release_lease", "start_attempt", "record_running",
-    "fail_start", "complete_attempt",
-)
 
 # Query pages (commands.md §2.6): limit bound and cursor keys with their shape names.
 QUERY_PAGES: Final = {

@@ -19,7 +19,6 @@ _RESULT_CODE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
 _TASK_REVISION_RE = re.compile(r"qltd:v1:([1-9][0-9]{0,9}):([0-9a-f]{64})", re.ASCII)
 _RUNTIME_TASK_RE = re.compile(r"pkg:([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?):([a-z][a-z0-9-]{0,62})", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-HARNESS_ID_RE = re.compile(r"[a-z0-9][a-z0-9:-]*", re.ASCII)
 
 
 def is_int(x: Any) -> bool:
@@ -124,6 +123,3 @@ def task_revision_digest(x: Any) -> str | None:
 def is_runtime_task_id(x: Any) -> bool:
     return is_identifier(x) and _RUNTIME_TASK_RE.fullmatch(x) is not None
 
-
-def is_harness_id(x: Any, max_len: int = 128) -> bool:
-    return type(x) is str and len(x) <= max_len and HARNESS_ID_RE.fullmatch(x) is not None

@@ -174,6 +174,3 @@ def prove_quiesce(enc: Encoding, sem: Semantics) -> Result:
                    "Run without intent: one advance_frontier makes it terminal or no longer a candidate",
                    lambda m: {"afterOneAdvance": decode.state(enc, m, front.post)})
 
-
-def prove_live(enc: Encoding, sem: Semantics) -> list[Result]:
-    return [prove_rank(enc, sem), prove_bound(enc, sem), prove_no_regress(enc, sem), prove_quiesce(enc, sem)]

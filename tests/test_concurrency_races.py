@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from qlwf.conformance.concurrency_workload import Worker, World
 from qlwf.impl.commands import registry
-from qlwf.impl.commands.context import Tx
+from qlwf.impl.commands.context import StoreTx
 from qlwf.impl.commands.loads import Loads
 from qlwf.impl.port import Record
 from qlwf.model.errors import Conflict
@@ -70,7 +70,7 @@ def read_clock_before_locks(mp: pytest.MonkeyPatch) -> None:
         command.lock(store, fail, prepared)
         if on_now is not None:
             on_now(now)
-        return command.run(Tx(store, Loads(store, fail), fail, now), prepared)
+        return command.run(StoreTx(store, Loads(store, fail), fail, now), prepared)
 
     mp.setattr(adapter, "run_command", run_command)
 

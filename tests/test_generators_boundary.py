@@ -71,7 +71,7 @@ def _ceiling_refuses_the_ceiling(mp: pytest.MonkeyPatch) -> None:
         if any(v >= INT31_MAX for v in values):
             raise self.fail.unavailable("counter_overflow", "mutant: a counter would reach 2147483647")
 
-    mp.setattr(context.Tx, "ceiling", ceiling)
+    mp.setattr(context.StoreTx, "ceiling", ceiling)
 
 
 def _lease_live_at_expiry(mp: pytest.MonkeyPatch) -> None:

@@ -37,8 +37,8 @@ def test_each_public_name_imports_from_the_facade(name: str) -> None:
 
 def test_other_names_are_not_part_of_the_facade() -> None:
     with pytest.raises(AttributeError, match="public API"):
-        model.__getattr__("Ctx")
-    assert "Ctx" not in dir(model)
+        model.__getattr__("CommandContext")
+    assert "CommandContext" not in dir(model)
 
 
 def test_star_import_gives_exactly_all() -> None:

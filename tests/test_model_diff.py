@@ -78,15 +78,15 @@ def timeout_times_out_pending(repo: Path, performer_row: bool = True) -> None:
 def pure_refactor(repo: Path) -> None:
     """Rename a private helper everywhere, swap two independent function definitions and two
     entries of a lookup table."""
-    system = repo / "model" / "system.py"
-    text = system.read_text(encoding="utf-8")
+    cancel = repo / "model" / "cmd_cancel.py"
+    text = cancel.read_text(encoding="utf-8")
     assert text.count("_converge(") == 3
-    system.write_text(text.replace("_converge(", "_converge_run("), "utf-8")
-    attempt = ('def put_attempt(tx: Tx, attempt: Record) -> None:\n'
+    cancel.write_text(text.replace("_converge(", "_converge_run("), "utf-8")
+    attempt = ('def put_attempt(tx: StateWriter, attempt: Record) -> None:\n'
                '    tx.table("attempts")[attempt["id"]] = canonical(attempt, ATTEMPT_KEYS)\n')
-    lease = ('def put_lease(tx: Tx, lease: Record) -> None:\n'
+    lease = ('def put_lease(tx: StateWriter, lease: Record) -> None:\n'
              '    tx.table("leases")[lease["attemptId"]] = canonical(lease, LEASE_KEYS)\n')
-    _replace_once(system, attempt + "\n\n" + lease, lease + "\n\n" + attempt)
+    _replace_once(repo / "model" / "cmd_context.py", attempt + "\n\n" + lease, lease + "\n\n" + attempt)
     _replace_once(repo / "model" / "tables.py",
                   '("ready", False): _CANCELLED, ("ready", True): _TIMED_OUT,',
                   '("ready", True): _TIMED_OUT, ("ready", False): _CANCELLED,')
@@ -99,7 +99,7 @@ def lease_checked_before_attempt_status(repo: Path) -> None:
               '        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a[\'status\']}")\n')
     lease = ('    if lease is None or lease["status"] != "leased":\n'
              '        raise ctx.conflict("not_leased", "the attempt holds no leased lease")\n')
-    _replace_once(repo / "model" / "system.py", status + lease, lease + status)
+    _replace_once(repo / "model" / "cmd_recovery.py", status + lease, lease + status)
 
 
 # ---- helpers -----------------------------------------------------------------------------------------

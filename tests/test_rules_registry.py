@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from qlwf.model import rules
 from qlwf.model import tables as T
-from qlwf.model.system import Ctx
+from qlwf.model.system import CommandContext
 from qlwf.model.tables import UnknownRule
 
 
@@ -47,7 +47,7 @@ def test_an_unknown_rule_is_a_typed_error(call: object) -> None:
 
 
 def test_firing_an_unknown_id_fails_at_fire_time() -> None:
-    ctx = Ctx("advance_frontier", 0, [])
+    ctx = CommandContext("advance_frontier", 0, [])
     ctx.fire(T.step_row("advance_frontier", "pending", "ready").id)
     with pytest.raises(UnknownRule, match=r"frontier\.readied"):
         ctx.fire("step:frontier.readied")

@@ -21,12 +21,11 @@ from qlwf.conformance import plans
 from qlwf.impl.port import SNAPSHOT_KINDS, CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.authority import OperationAuthority
-from qlwf.impl.sqlite.failures import Failures
 from qlwf.impl.sqlite.store import SqliteStore
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_text
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.state import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +68,8 @@ def test_snapshot_kinds_are_the_models() -> None:
 
 
 def test_impl_never_imports_the_whole_system_model() -> None:
-    """impl/ may call the model's pure functions, never qlwf.model.system or qlwf.model.state."""
+    """impl/ may call the model's pure functions, never qlwf.model.system, its commands (qlwf.model.cmd_*)
+    or qlwf.model.state."""
     for path in (ROOT / "impl").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -77,9 +77,10 @@ def test_impl_never_imports_the_whole_system_model() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.endswith(("model.system", "model.state")), f"{path}: imports {name}"
+                assert ".model.cmd_" not in name, f"{path}: imports {name}"
     code = "import sys, qlwf.impl.sqlite.adapter; print(sorted(m for m in sys.modules if m.startswith('qlwf.model')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "qlwf.model.system" not in out and "qlwf.model.state" not in out
+    assert "qlwf.model.system" not in out and "qlwf.model.state" not in out and "qlwf.model.cmd_" not in out
 
 
 @pytest.mark.parametrize("name", ["drop_everything", "abort", "zap"])  # names before and after the page command
@@ -136,7 +137,7 @@ def test_invalid_arguments_fail_before_the_operation_is_queued(port: SqliteAdapt
 
 def test_operation_queue_is_bounded() -> None:
     authority = OperationAuthority(max_pending=1)
-    fail = Failures("advance_frontier")
+    fail = CommandErrors("advance_frontier")
     release, running, queued = threading.Event(), threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -490,7 +491,7 @@ def test_a_real_non_constraint_error_maps_to_unavailable(tmp_path: Path) -> None
     finally:
         conn.close()
     assert getattr(info.value, "sqlite_errorcode", None) is not None
-    err = map_storage_error(Failures("admit_workflow"), info.value)
+    err = map_storage_error(CommandErrors("admit_workflow"), info.value)
     assert (err.error_class, err.reason) == ("Unavailable", "storage_error")
 
 

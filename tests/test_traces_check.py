@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import faults
+from qlwf.conformance import drift_mirror
 from qlwf.conformance.generators import generate
 from qlwf.conformance.lockstep import run_lockstep
 from qlwf.conformance.model_port import ModelPort
@@ -60,7 +60,7 @@ def test_schema_enums_are_the_model_tables() -> None:
     """The schema restates three lists; they must stay equal to where the lists live."""
     defs = SCHEMA["$defs"]
     assert defs["commandStep"]["properties"]["name"]["enum"] == list(COMMAND_NAMES)
-    assert defs["corruptStep"]["properties"]["kind"]["enum"] == list(faults.CORRUPTIBLE)
+    assert defs["corruptStep"]["properties"]["kind"]["enum"] == list(drift_mirror.CORRUPTIBLE)
     assert SCHEMA["properties"]["recordKeys"]["required"] == list(KIND_KEYS)
     common = json.loads((SCHEMA_DIR / "common.json").read_text(encoding="utf-8"))
     assert common["$defs"]["change"]["properties"]["kind"]["enum"] == list(KIND_KEYS)

@@ -11,10 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from qlwf.model import frontier, system
+from qlwf.model import (
+    cmd_admission,
+    cmd_cancel,
+    cmd_frontier,
+    cmd_queries,
+    cmd_recovery,
+    cmd_tasks,
+    cmd_worker,
+    frontier,
+    system,
+)
 from qlwf.model import tables as T
 from qlwf.model.records import ATTEMPT_KEYS, RUN_KEYS, Record, canonical
-from qlwf.model.state import State, Tx
+from qlwf.model.state import State, StateWriter
 
 from .base import Mutant, Patcher
 
@@ -42,7 +52,7 @@ def _block_released_claim(mp: Patcher) -> None:
 def _recovery_refuses_intent(mp: Patcher) -> None:
     original = system.COMMANDS["recover_attempt"]
 
-    def recover(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def recover(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
         if a is not None and "cancelRequestedAtMs" in state.runs[a["runId"]]:
             raise ctx.conflict("cancellation_requested", "mutant: recovery refuses cancelling Runs")
@@ -51,7 +61,7 @@ def _recovery_refuses_intent(mp: Patcher) -> None:
     mp.setitem(system.COMMANDS, "recover_attempt", recover)
 
 
-class _TerminalFirstTx(Tx):
+class _TerminalFirstWriter(StateWriter):
     """Writes the parent terminal event before the last StepRun event of the same transaction."""
 
     def commit(self) -> State:
@@ -68,7 +78,8 @@ class _TerminalFirstTx(Tx):
 
 
 def _terminal_event_first(mp: Patcher) -> None:
-    mp.setattr(system, "Tx", _TerminalFirstTx)
+    for module in (cmd_admission, cmd_frontier, cmd_tasks, cmd_worker, cmd_recovery, cmd_cancel):  # every writer
+        mp.setattr(module, "StateWriter", _TerminalFirstWriter)
 
 
 def _skip_one_level(mp: Patcher) -> None:
@@ -83,7 +94,7 @@ def _skip_one_level(mp: Patcher) -> None:
 def _claim_ignores_intent(mp: Patcher) -> None:
     original = system.COMMANDS["claim_lease"]
 
-    def claim(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def claim(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
         run = state.runs.get(a["runId"]) if a else None
         if run is None or "cancelRequestedAtMs" not in run:
@@ -104,7 +115,7 @@ def _completion_ignores_intent(mp: Patcher) -> None:
 
 
 def _requeue_keeps_epoch(mp: Patcher) -> None:
-    original = system.build_task_recovery
+    original = cmd_recovery.build_task_recovery
 
     def recover(inp: Any) -> Record:
         b = original(inp)
@@ -113,17 +124,17 @@ def _requeue_keeps_epoch(mp: Patcher) -> None:
         run = {**b["run"], "version": b["run"]["version"] - 1, "eventSequence": b["run"]["eventSequence"] - 1}
         return {**b, "run": run, "stepMutations": []}
 
-    mp.setattr(system, "build_task_recovery", recover)
+    mp.setattr(cmd_recovery, "build_task_recovery", recover)
 
 
 def _timeout_request_repeated(mp: Patcher) -> None:
-    mp.setattr(system, "_timeout_requested", lambda state, attempt: False)
+    mp.setattr(cmd_worker, "_timeout_requested", lambda state, attempt: False)
 
 
 def _start_sets_started_at(mp: Patcher) -> None:
     original = system.COMMANDS["start_attempt"]
 
-    def start(state: State, ctx: system.Ctx, args: Any) -> tuple[Record, State]:
+    def start(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
         result, new = original(state, ctx, args)
         if result.get("status") != "starting":
             return result, new
@@ -134,13 +145,13 @@ def _start_sets_started_at(mp: Patcher) -> None:
 
 
 def _frontier_lists_cancelling_runs(mp: Patcher) -> None:
-    original = system.is_frontier_candidate
+    original = cmd_queries.is_frontier_candidate
 
     def candidate(run: Record, plan: Record, status_by_key: dict[str, str]) -> bool:
         unmasked = {k: v for k, v in run.items() if k not in ("cancelRequestedAtMs", "cancelReason")}
         return original(unmasked, plan, status_by_key)
 
-    mp.setattr(system, "is_frontier_candidate", candidate)
+    mp.setattr(cmd_queries, "is_frontier_candidate", candidate)
 
 
 class _FrontierTables:

@@ -174,7 +174,8 @@ def _refusal(name: str, breaks: str, backend: str, test: str, plant: Callable[[P
 
 
 CEILING_TEST = "test_sqlite_adapter::test_counter_ceiling_is_exact_for_worker_commands"
-LEASE_FLOOR = '*(lease["updatedAtMs"] for lease in leases if lease is not None)'
+# impl passes the shared clock check (model/integrity.py) no leases: the floor is the last event only.
+LEASE_FLOOR = ("self.store.last_event_time(run_id), leases)", "self.store.last_event_time(run_id), [])")
 WITHOUT_DIGEST: tuple[Edit, ...] = (("AND step_run_digest = {m} AND status", "AND status"),
                                     ('mutation["expectedStepRunDigest"], ', ""))
 WITHOUT_LEASE_VERSION: tuple[Edit, ...] = (("AND version = {m} AND", "AND"),
@@ -223,10 +224,10 @@ MUTANTS: tuple[Mutant, ...] = (
                  code(f"{C}.cmd_tasks", "run", ('if "cancelRequestedAtMs" in run:', "if False:"))),
     _contract("clock-floor-ignores-leases", "S-14: the observation time may not precede the last lease "
               "update either", SEQ, "test_sqlite_adapter::test_clock_regression_below_a_lease_update_fails_closed",
-              code(f"{C}.loads", "Loads.clock_floor", (LEASE_FLOOR, ""))),
+              code(f"{C}.loads", "Loads.clock_floor", LEASE_FLOOR)),
     _contract("clock-floor-missing", "S-14: an observation time before the Run's last event is a clock "
               "regression", SEQ, "test_sqlite_adapter::test_clock_regression_fails_closed",
-              code(f"{C}.loads", "Loads.clock_floor", ("if now < floor:", "if False:"))),
+              code(f"{C}.loads", "Loads.clock_floor", ("if regression is not None:", "if False:"))),
     # Survivors of the Cosmic Ray run (docs/mutation-survivors.md), killed by the contract tests added for them
     _contract("recovery-accepts-released-lease", "commands.md §4.14: recovery needs a `leased` lease", SEQ,
               "test_sqlite_adapter::test_recovery_refuses_a_released_lease",

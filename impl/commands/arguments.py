@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from qlwf.model import tables as T
-from qlwf.model.records import Failer, actor_problem, exact_keys, normalize_binding
+from qlwf.model.errors import CommandErrors, InvalidRaiser
+from qlwf.model.records import actor_problem, exact_keys, normalize_binding
 from qlwf.model.values import (
     INT31_MAX,
     SAFE_INT_MAX,
@@ -22,17 +23,15 @@ from qlwf.model.values import (
     is_timestamp,
 )
 
-from .failures import Failures
-
 Args = dict[str, Any]
 
 
-def keys(fail: Failures, args: Any, required: tuple[str, ...]) -> Args:
-    exact_keys(args, required, (), fail.argument_failer(), f"{fail.command} arguments")
+def keys(fail: CommandErrors, args: Any, required: tuple[str, ...]) -> Args:
+    exact_keys(args, required, (), fail.argument_raiser(), f"{fail.command} arguments")
     return args
 
 
-def worker(fail: Failures, args: Args) -> None:
+def worker(fail: CommandErrors, args: Args) -> None:
     fail.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
     fail.require(is_identifier(args["workerId"]), "workerId must be an IDENTIFIER")
     if "leaseGeneration" in args:
@@ -42,26 +41,26 @@ def worker(fail: Failures, args: Args) -> None:
                      "durationMs must be 5000..600000")
 
 
-def duration_at_now(fail: Failures, args: Args, now: int) -> None:
+def duration_at_now(fail: CommandErrors, args: Args, now: int) -> None:
     if "durationMs" in args:
         fail.require(now + args["durationMs"] <= SAFE_INT_MAX, "lease expiry exceeds the timestamp range")
 
 
-def timeout_at_now(fail: Failures, args: Args, now: int) -> None:
+def timeout_at_now(fail: CommandErrors, args: Args, now: int) -> None:
     timeout = args["timeoutMs"]
     fail.require(timeout is None or now + timeout <= SAFE_INT_MAX, "deadline exceeds the timestamp range")
 
 
-def run_id(fail: Failures, args: Any) -> Args:
+def run_id(fail: CommandErrors, args: Any) -> Args:
     keys(fail, args, ("runId",))
     fail.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     return args
 
 
-def task_admission(fail: Failures, args: Any) -> tuple[Args, dict[str, Any]]:
+def task_admission(fail: CommandErrors, args: Any) -> tuple[Args, dict[str, Any]]:
     keys(fail, args, ("runId", "stepRunId", "binding"))
     fail.require(is_portable_id(args["runId"]) and is_identifier(args["stepRunId"]), "runId/stepRunId invalid")
-    return args, normalize_binding(args["binding"], fail.argument_failer())
+    return args, normalize_binding(args["binding"], fail.argument_raiser())
 
 
 WORKER_KEYS: dict[str, tuple[str, ...]] = {
@@ -75,7 +74,7 @@ WORKER_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def worker_command(fail: Failures, args: Any) -> Args:
+def worker_command(fail: CommandErrors, args: Any) -> Args:
     keys(fail, args, WORKER_KEYS[fail.command])
     worker(fail, args)
     if fail.command == "release_lease":
@@ -88,14 +87,14 @@ def worker_command(fail: Failures, args: Any) -> Args:
     return args
 
 
-def recovery(fail: Failures, args: Any) -> Args:
+def recovery(fail: CommandErrors, args: Any) -> Args:
     keys(fail, args, ("attemptId", "evidence"))
     fail.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
     fail.require(args["evidence"] in T.RECOVERY_EVIDENCE, "evidence must be not_running, running or unknown")
     return args
 
 
-def cancel_request(fail: Failures, args: Any) -> Args:
+def cancel_request(fail: CommandErrors, args: Any) -> Args:
     keys(fail, args, ("runId", "reason", "actor"))
     fail.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     fail.require(args["reason"] in T.CANCEL_REASONS, "reason must be a cancel reason")
@@ -108,16 +107,16 @@ _CURSOR_SHAPES = {"timestamp": is_timestamp, "digest": is_digest, "identifier": 
                   "portable_id": is_portable_id}
 
 
-def page(fail: Failures, args: Any, query: str) -> tuple[int, tuple[Any, ...] | None]:
+def page(fail: CommandErrors, args: Any, query: str) -> tuple[int, tuple[Any, ...] | None]:
     """commands.md §2.6: exactly {limit, after?}; returns (limit, cursor tuple or None)."""
     limit_max, cursor_keys = T.QUERY_PAGES[query]
-    failer = Failer(fail.family.invalid or "", "page_invalid")
-    exact_keys(args, ("limit",), ("after",), failer, "page")
-    failer.check(is_int_in(args["limit"], 1, limit_max), f"limit must be 1..{limit_max}")
+    raiser = InvalidRaiser(fail.family.invalid or "", "page_invalid")
+    exact_keys(args, ("limit",), ("after",), raiser, "page")
+    raiser.check(is_int_in(args["limit"], 1, limit_max), f"limit must be 1..{limit_max}")
     if "after" not in args:
         return args["limit"], None
     after = args["after"]
-    exact_keys(after, tuple(k for k, _ in cursor_keys), (), failer, "cursor")
+    exact_keys(after, tuple(k for k, _ in cursor_keys), (), raiser, "cursor")
     for key, kind in cursor_keys:
-        failer.check(_CURSOR_SHAPES[kind](after[key]), f"cursor {key} invalid")
+        raiser.check(_CURSOR_SHAPES[kind](after[key]), f"cursor {key} invalid")
     return args["limit"], tuple(after[k] for k, _ in cursor_keys)

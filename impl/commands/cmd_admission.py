@@ -12,19 +12,18 @@ from qlwf.model.admission import (
     admission_step_entries,
     create_admission_bundle,
 )
-from qlwf.model.errors import Invalid, QlwfError
+from qlwf.model.errors import CommandErrors, Invalid, QlwfError
 from qlwf.model.records import Record, normalize_plan
 
 from . import arguments
 from .columns import admission_columns
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .store import Store
 
 Prepared = tuple[Record, Record]
 
 
-def prepare(fail: Failures, args: Any) -> Prepared:
+def prepare(fail: CommandErrors, args: Any) -> Prepared:
     arguments.keys(fail, args, ("plan",))
     try:
         plan = normalize_plan(args["plan"])
@@ -33,11 +32,11 @@ def prepare(fail: Failures, args: Any) -> Prepared:
     return plan, create_admission_bundle(plan)
 
 
-def lock(store: Store, fail: Failures, prepared: Prepared) -> None:
+def lock(store: Store, fail: CommandErrors, prepared: Prepared) -> None:
     """No locks before its reads: uniqueness and serializability decide concurrent admissions (§6.3)."""
 
 
-def run(tx: Tx, prepared: Prepared) -> Record:
+def run(tx: StoreTx, prepared: Prepared) -> Record:
     plan, bundle = prepared
     store, fail = tx.store, tx.fail
     if plan["plannedAtMs"] > tx.now:
@@ -66,7 +65,7 @@ def run(tx: Tx, prepared: Prepared) -> Record:
     return {"status": "created", "receipt": bundle["receipt"]}
 
 
-def _verify_frozen_evidence(tx: Tx, bundle: Record, row: dict[str, Any]) -> Record:
+def _verify_frozen_evidence(tx: StoreTx, bundle: Record, row: dict[str, Any]) -> Record:
     """frontier.md §3.2: exact replay verifies only the frozen admission evidence."""
     store = tx.store
     plan = bundle["plan"]

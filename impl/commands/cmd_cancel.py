@@ -7,25 +7,24 @@ from typing import Any
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.cancellation import resolve_cancellation
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import RUN_KEYS, Record, canonical, make_event
 from qlwf.model.steprun import ledger_entry
 
 from . import arguments, locks
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .store import Store
 
 
-def prepare_request(fail: Failures, args: Any) -> dict[str, Any]:
+def prepare_request(fail: CommandErrors, args: Any) -> dict[str, Any]:
     return arguments.cancel_request(fail, args)
 
 
-def lock_request(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+def lock_request(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
     locks.run_scope(store, args["runId"])
 
 
-def request_cancel(tx: Tx, args: dict[str, Any]) -> Record:
+def request_cancel(tx: StoreTx, args: dict[str, Any]) -> Record:
     fail, now = tx.fail, tx.now
     loaded = tx.loads.run(args["runId"])
     run = loaded.run
@@ -53,19 +52,19 @@ def request_cancel(tx: Tx, args: dict[str, Any]) -> Record:
     return answer("requested", new_run)
 
 
-def prepare_converge(fail: Failures, args: Any) -> dict[str, Any]:
+def prepare_converge(fail: CommandErrors, args: Any) -> dict[str, Any]:
     return arguments.run_id(fail, args)
 
 
-def lock_converge(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+def lock_converge(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
     locks.convergence_scope(store, fail, args["runId"])
 
 
-def converge_cancellation(tx: Tx, args: dict[str, Any]) -> Record:
+def converge_cancellation(tx: StoreTx, args: dict[str, Any]) -> Record:
     return converge(tx, args["runId"])
 
 
-def converge(tx: Tx, run_id: str) -> Record:
+def converge(tx: StoreTx, run_id: str) -> Record:
     """One workflow in one transaction (cancellation.md §7)."""
     store, fail, loads, now = tx.store, tx.fail, tx.loads, tx.now
     loaded = loads.run(run_id)

@@ -4,26 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.frontier import resolve_frontier
 from qlwf.model.records import Record
 from qlwf.model.steprun import ledger_entry
 
 from . import arguments, locks
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .store import Store
 
 
-def prepare(fail: Failures, args: Any) -> dict[str, Any]:
+def prepare(fail: CommandErrors, args: Any) -> dict[str, Any]:
     return arguments.run_id(fail, args)
 
 
-def lock(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+def lock(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
     locks.run_scope(store, args["runId"], all_steps=True)
 
 
-def run(tx: Tx, args: dict[str, Any]) -> Record:
+def run(tx: StoreTx, args: dict[str, Any]) -> Record:
     store, fail, now = tx.store, tx.fail, tx.now
     loaded = tx.loads.run(args["runId"])
     run = loaded.run

@@ -5,26 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from qlwf.model import tables as T
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import ATTEMPT_KEYS, LEASE_KEYS, Record, canonical
 from qlwf.model.recovery import build_task_recovery
 from qlwf.model.steprun import ledger_entry
 
 from . import arguments, locks
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .store import Store
 
 
-def prepare(fail: Failures, args: Any) -> dict[str, Any]:
+def prepare(fail: CommandErrors, args: Any) -> dict[str, Any]:
     return arguments.recovery(fail, args)
 
 
-def lock(store: Store, fail: Failures, args: dict[str, Any]) -> None:
+def lock(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
     locks.attempt_scope(store, args["attemptId"])
 
 
-def run(tx: Tx, args: dict[str, Any]) -> Record:
+def run(tx: StoreTx, args: dict[str, Any]) -> Record:
     fail, now = tx.fail, tx.now
     la = tx.loads.attempt(args["attemptId"])
     tx.loads.clock_floor(la.attempt["runId"], [la.lease], now)

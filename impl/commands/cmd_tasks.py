@@ -7,27 +7,26 @@ from typing import Any
 
 from qlwf.model import tables as T
 from qlwf.model.attempts import build_task_attempt_admission
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import Record, binding_plan_problem
 
 from . import arguments, locks
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .store import Store
 
 Prepared = tuple[dict[str, Any], Record]
 
 
-def prepare(fail: Failures, args: Any) -> Prepared:
+def prepare(fail: CommandErrors, args: Any) -> Prepared:
     return arguments.task_admission(fail, args)
 
 
-def lock(store: Store, fail: Failures, prepared: Prepared) -> None:
+def lock(store: Store, fail: CommandErrors, prepared: Prepared) -> None:
     args, _ = prepared
     locks.run_scope(store, args["runId"], [args["stepRunId"]])
 
 
-def run(tx: Tx, prepared: Prepared) -> Record:
+def run(tx: StoreTx, prepared: Prepared) -> Record:
     args, binding = prepared
     store, fail, now = tx.store, tx.fail, tx.now
     loaded = tx.loads.run(args["runId"])

@@ -8,28 +8,27 @@ from typing import Any
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.attempts import completion_status, fence_problem, lease_is_live
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import ATTEMPT_KEYS, ATTEMPT_LEASE_KEYS, LEASE_KEYS, Record, canonical, make_event
 from qlwf.model.steprun import ledger_entry, transition_step_run_mutation
 
 from . import arguments, locks
-from .context import RunCounter, Tx, worker_actor
-from .failures import Failures
+from .context import RunCounter, StoreTx, worker_actor
 from .loads import LoadedAttempt
 from .store import Store
 
 Args = dict[str, Any]
 
 
-def prepare(fail: Failures, args: Any) -> Args:
+def prepare(fail: CommandErrors, args: Any) -> Args:
     return arguments.worker_command(fail, args)
 
 
-def lock(store: Store, fail: Failures, args: Args) -> None:
+def lock(store: Store, fail: CommandErrors, args: Args) -> None:
     locks.attempt_scope(store, args["attemptId"])
 
 
-def _load(tx: Tx, args: Args) -> LoadedAttempt:
+def _load(tx: StoreTx, args: Args) -> LoadedAttempt:
     arguments.duration_at_now(tx.fail, args, tx.now)
     if tx.fail.command == "start_attempt":
         arguments.timeout_at_now(tx.fail, args, tx.now)
@@ -52,7 +51,7 @@ def _same_holder(lease: Record | None, args: Args) -> bool:
             and lease["leaseGeneration"] == args["leaseGeneration"])
 
 
-def _fence(tx: Tx, la: LoadedAttempt, args: Args) -> Record:
+def _fence(tx: StoreTx, la: LoadedAttempt, args: Args) -> Record:
     problem = fence_problem(la.lease, args["workerId"], args["leaseGeneration"], tx.now)
     if problem:
         raise tx.fail.conflict(problem, f"lease fence failed for {la.attempt['id']}")
@@ -60,7 +59,7 @@ def _fence(tx: Tx, la: LoadedAttempt, args: Args) -> Record:
     return la.lease
 
 
-def _event(tx: Tx, la: LoadedAttempt, counter: RunCounter, kind: str, generation: int, type_: str, actor: Record,
+def _event(tx: StoreTx, la: LoadedAttempt, counter: RunCounter, kind: str, generation: int, type_: str, actor: Record,
            payload: Callable[[int], Record]) -> Record:
     version, sequence = counter.next()
     a = la.attempt
@@ -69,7 +68,7 @@ def _event(tx: Tx, la: LoadedAttempt, counter: RunCounter, kind: str, generation
                       payload=payload(version), created_at_ms=tx.now)
 
 
-def _mutation(tx: Tx, counter: RunCounter, step: Record, to: str, actor: Record, ids_: tuple[str, str],
+def _mutation(tx: StoreTx, counter: RunCounter, step: Record, to: str, actor: Record, ids_: tuple[str, str],
               result_code: str | None = None, error_summary: str | None = None) -> Record:
     command: Record = {"expectedVersion": step["version"], "expectedDigest": step["stepRunDigest"],
                        "mutationId": ids_[0], "to": to, "atMs": tx.now}
@@ -90,7 +89,7 @@ def _bumped(run: Record, k: int) -> Record:
 
 
 # ------------------------------------------------------------------------------------------------
-def claim_lease(tx: Tx, args: Args) -> Record:
+def claim_lease(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     a, run, lease, now = la.attempt, la.loaded.run, la.lease, tx.now
 
@@ -133,7 +132,7 @@ def claim_lease(tx: Tx, args: Args) -> Record:
     return {"status": "claimed", "reason": None, "lease": canonical(new_lease, LEASE_KEYS)}
 
 
-def renew_lease(tx: Tx, args: Args) -> Record:
+def renew_lease(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     lease = _fence(tx, la, args)
     a, run, now = la.attempt, la.loaded.run, tx.now
@@ -169,7 +168,7 @@ def renew_lease(tx: Tx, args: Args) -> Record:
     return {"status": status, "reason": reason, "lease": canonical(new_lease, LEASE_KEYS)}
 
 
-def release_lease(tx: Tx, args: Args) -> Record:
+def release_lease(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     a, run, lease, now = la.attempt, la.loaded.run, la.lease, tx.now
     if lease is not None and lease["status"] == "released" and _same_holder(lease, args):
@@ -197,7 +196,7 @@ def release_lease(tx: Tx, args: Args) -> Record:
     return {"status": "released", "lease": new_lease}
 
 
-def start_attempt(tx: Tx, args: Args) -> Record:
+def start_attempt(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     a, run = la.attempt, la.loaded.run
     if a["status"] in ("starting", "running") and _same_holder(la.lease, args):
@@ -230,7 +229,7 @@ def start_attempt(tx: Tx, args: Args) -> Record:
     return {"status": "starting", "attempt": new_attempt}
 
 
-def record_running(tx: Tx, args: Args) -> Record:
+def record_running(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     a, run, step = la.attempt, la.loaded.run, la.step
     if a["status"] == "running" and _same_holder(la.lease, args):
@@ -275,7 +274,7 @@ def _terminal_replay(la: LoadedAttempt, args: Args) -> Record | None:
     return None
 
 
-def fail_start(tx: Tx, args: Args) -> Record:
+def fail_start(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     replay = _terminal_replay(la, args)
     if replay:
@@ -290,7 +289,7 @@ def fail_start(tx: Tx, args: Args) -> Record:
     return _finish(tx, la, args, "fail_start", None)
 
 
-def complete_attempt(tx: Tx, args: Args) -> Record:
+def complete_attempt(tx: StoreTx, args: Args) -> Record:
     la = _load(tx, args)
     replay = _terminal_replay(la, args)
     if replay:
@@ -309,7 +308,7 @@ def complete_attempt(tx: Tx, args: Args) -> Record:
     return _finish(tx, la, args, "complete_attempt", args["exitCode"])
 
 
-def _finish(tx: Tx, la: LoadedAttempt, args: Args, command: str, exit_code: int | None) -> Record:
+def _finish(tx: StoreTx, la: LoadedAttempt, args: Args, command: str, exit_code: int | None) -> Record:
     """Shared effects of fail_start and complete_attempt (task-attempts.md §7)."""
     a, run, step, lease = la.attempt, la.loaded.run, la.step, la.lease
     assert lease is not None
@@ -365,7 +364,7 @@ def _finish(tx: Tx, la: LoadedAttempt, args: Args, command: str, exit_code: int 
             "attempt": new_attempt}
 
 
-COMMANDS: dict[str, Callable[[Tx, Args], Record]] = {
+COMMANDS: dict[str, Callable[[StoreTx, Args], Record]] = {
     "claim_lease": claim_lease,
     "renew_lease": renew_lease,
     "release_lease": release_lease,

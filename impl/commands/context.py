@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from qlwf.model.errors import CommandErrors
+from qlwf.model.integrity import counters_overflow
 from qlwf.model.records import Record
-from qlwf.model.values import INT31_MAX
 
-from .failures import Failures
 from .loads import Loads
 from .store import Store
-
-SYSTEM: Record = {"type": "system"}
 
 
 def worker_actor(worker_id: str) -> Record:
@@ -20,16 +18,20 @@ def worker_actor(worker_id: str) -> Record:
 
 
 @dataclass
-class Tx:
+class StoreTx:
+    """One writing command inside a storage transaction: the store, its integrity loads, the
+    command's typed errors and the observation time read under the locks."""
+
     store: Store
     loads: Loads
-    fail: Failures
+    fail: CommandErrors
     now: int
 
     def ceiling(self, *values: int) -> None:
         """Counter ceiling (commands.md §2.5): no write may push a counter past 2147483647."""
-        if any(v > INT31_MAX for v in values):
-            raise self.fail.unavailable("counter_overflow", "a counter would exceed 2147483647")
+        overflow = counters_overflow(*values)
+        if overflow is not None:
+            raise self.fail.unavailable(*overflow)
 
 
 class RunCounter:

@@ -1,40 +1,7 @@
-"""Typed errors of one command (commands.md §2.2–§2.3); the storage error mapping is per dialect."""
+"""Storage-level failures (commands.md §2.3). A command's typed errors are built by the model's
+`CommandErrors` (model/errors.py), shared with the model; the storage error mapping is per dialect."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-from qlwf.model import tables as T
-from qlwf.model.errors import Conflict, Invalid, Unavailable
-from qlwf.model.records import Failer
-
-
-@dataclass(frozen=True)
-class Failures:
-    """Builds the command family's errors; the reason vocabulary is the command's (commands.md §4)."""
-
-    command: str
-
-    @property
-    def family(self) -> T.Family:
-        return T.FAMILIES[T.COMMAND_FAMILY[self.command]]
-
-    def invalid(self, reason: str, message: str = "") -> Invalid:
-        return Invalid(self.family.invalid or "", reason, message)
-
-    def conflict(self, reason: str, message: str = "") -> Conflict:
-        return Conflict(self.family.conflict or "", reason, message)
-
-    def unavailable(self, reason: str, message: str = "") -> Unavailable:
-        return Unavailable(self.family.unavailable or "", reason, message)
-
-    def argument_failer(self) -> Failer:
-        reason = "page_invalid" if self.command.endswith("_page") else "argument_invalid"
-        return Failer(self.family.invalid or "", reason)
-
-    def require(self, ok: bool, message: str) -> None:
-        if not ok:
-            raise self.invalid("argument_invalid", message)
 
 
 class ConcurrentChange(Exception):

@@ -1,7 +1,8 @@
 """Integrity loads of commands.md §2.4 over stored rows (LOAD-RUN, LOAD-STEP(S), LOAD-ATTEMPT, clock floor).
 
 Each load rebuilds records from rows, re-validates them with the model's normalizers and
-cross-checks every JSON mirror against its columns (storage.md §3). Any mismatch is Unavailable
+cross-checks every JSON mirror against its columns (storage.md §3); the checks on the rebuilt
+records are the model's own (model/integrity.py, storage.md D-10). Any mismatch is Unavailable
 with the reason of the check that found it; nothing has been written at that point.
 """
 
@@ -12,15 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from qlwf.model import tables as T
-from qlwf.model.admission import RUN_IDENTITY_KEYS, admission_run
 from qlwf.model.canonical import canonical_text
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
+from qlwf.model.integrity import clock_problem, lease_mirror_problem, plan_step_problem, receipt_problem, run_problem
 from qlwf.model.records import (
     TASK_RECEIPT_KEYS,
     Record,
-    attempt_problem,
-    lease_problem,
     normalize_admission_receipt,
     normalize_plan,
     normalize_step_run,
@@ -28,7 +26,6 @@ from qlwf.model.records import (
 )
 
 from .columns import admission_columns, snake
-from .failures import Failures
 from .store import Store, StoredStepRun
 
 
@@ -59,7 +56,7 @@ class LoadedAttempt:
 
 
 class Loads:
-    def __init__(self, store: Store, fail: Failures) -> None:
+    def __init__(self, store: Store, fail: CommandErrors) -> None:
         self.store = store
         self.fail = fail
 
@@ -73,13 +70,9 @@ class Loads:
         if len(admissions) != 1:
             raise fail.unavailable("admission_drift", f"Run {run_id} has {len(admissions)} admissions")
         plan, receipt = self.admission(admissions[0], "plan_drift")
-        expected = admission_run(plan)
-        problems = [k for k in (*RUN_IDENTITY_KEYS, "createdAtMs", "startedAtMs") if run.get(k) != expected[k]]
-        if (problems or run["status"] not in T.RUN_STATUSES or run["version"] != run["eventSequence"]
-                or ("finishedAtMs" in run) != (run["status"] in T.TERMINAL_RUN)
-                or (run["status"] == "running" and ("errorCode" in run or "errorSummary" in run))
-                or ("cancelRequestedAtMs" in run) != ("cancelReason" in run)):
-            raise fail.unavailable("run_drift", f"Run {run_id} drifted from its admission ({problems})")
+        drift = run_problem(run, plan)
+        if drift is not None:
+            raise fail.unavailable(*drift)
         return LoadedRun(plan, receipt, run)
 
     def admission(self, row: dict[str, Any], reason: str) -> tuple[Record, Record]:
@@ -118,14 +111,9 @@ class Loads:
             raise self.fail.unavailable("step_drift", e.message) from e
         if stored.json_text != canonical_text(s):
             raise self.fail.unavailable("step_drift", f"StepRun {s['id']} JSON mirror differs from its columns")
-        plan = loaded.plan
-        p = next((p for p in plan["steps"] if p["stepRunId"] == s["id"]), None)
-        if p is None or not (
-            s["stepKey"] == p["stepKey"] and s["definitionRef"] == p["taskDefinitionRef"]
-            and s["definitionDigest"] == p["taskDefinitionDigest"] and s["kind"] == "task" and s["required"] is True
-            and s["parentStepRunId"] is None and s["inputRef"] is None and s["createdAtMs"] == plan["plannedAtMs"]
-        ):
-            raise self.fail.unavailable("step_drift", f"StepRun {s['id']} does not match its plan step")
+        drift = plan_step_problem(s, loaded.plan)
+        if drift is not None:
+            raise self.fail.unavailable(*drift)
         return s
 
     # ---- LOAD-ATTEMPT -----------------------------------------------------------------------------
@@ -152,33 +140,19 @@ class Loads:
             raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e}") from e
         if row["receipt_json"] != canonical_text(r) or any(row[snake(k)] != r[k] for k in TASK_RECEIPT_KEYS[1:]):
             raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']} disagrees with its columns")
-        if attempt_problem(attempt) or (r["attemptId"], r["runId"], r["stepRunId"], r["attemptNumber"],
-                                        r["executorType"], r["admittedAtMs"]) != (
-                attempt["id"], attempt["runId"], attempt["stepRunId"], attempt["attempt"], attempt["executorType"],
-                attempt["createdAtMs"]):
-            raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']} disagrees with the attempt")
+        drift = receipt_problem(attempt, r)
+        if drift is not None:
+            raise fail.unavailable(*drift)
         return r
 
     def lease_mirror(self, attempt: Record, lease: Record | None) -> None:
         """records.md §6.8 lease shape and the attempt's lease mirror (INV-25)."""
-        fail = self.fail
-        if lease is not None and (lease_problem(lease) or lease["attemptId"] != attempt["id"]
-                                  or lease["runId"] != attempt["runId"]):
-            raise fail.unavailable("lease_drift", f"lease of {attempt['id']} is malformed")
-        if "workerId" in attempt:
-            if lease is None or any(attempt[k] != lease[lk] for k, lk in (
-                ("workerId", "workerId"), ("leaseGeneration", "leaseGeneration"), ("leaseVersion", "version"),
-                ("leaseExpiresAtMs", "expiresAtMs"),
-            )):
-                raise fail.unavailable("lease_drift", f"lease mirror of {attempt['id']} disagrees with its lease")
-        elif lease is not None and not (lease["status"] == "released"
-                                        and lease.get("releaseReason") in T.WORKER_RELEASE_REASONS):
-            raise fail.unavailable("lease_drift",
-                                   f"attempt {attempt['id']} lost its lease keys without a worker release")
+        drift = lease_mirror_problem(attempt, lease)
+        if drift is not None:
+            raise self.fail.unavailable(*drift)
 
     # ---- Clock floor (S-14) -----------------------------------------------------------------------
     def clock_floor(self, run_id: str, leases: list[Record | None], now: int) -> None:
-        last = self.store.last_event_time(run_id)
-        floor = max([0 if last is None else last, *(lease["updatedAtMs"] for lease in leases if lease is not None)])
-        if now < floor:
-            raise self.fail.invalid("clock_regression", f"observation time {now} precedes {floor}")
+        regression = clock_problem(now, self.store.last_event_time(run_id), leases)
+        if regression is not None:
+            raise self.fail.invalid(*regression)

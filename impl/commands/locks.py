@@ -7,7 +7,8 @@ convergence authority errors (`authority_locked`, `authority_drift`), which the 
 
 from __future__ import annotations
 
-from .failures import Failures
+from qlwf.model.errors import CommandErrors
+
 from .store import Store
 
 
@@ -32,7 +33,7 @@ def attempt_scope(store: Store, attempt_id: str) -> None:
     store.lock_leases([attempt_id])
 
 
-def convergence_scope(store: Store, fail: Failures, run_id: str) -> None:
+def convergence_scope(store: Store, fail: CommandErrors, run_id: str) -> None:
     """Try-lock the authority of every active attempt (read before locking), then Run, all StepRuns,
     those attempts and their leases; afterwards no active attempt may lie outside the locked set."""
     locked = sorted(a["id"] for a in store.active_attempts_of_run(run_id))

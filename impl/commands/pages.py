@@ -6,11 +6,9 @@ from typing import Any
 
 from qlwf.model import tables as T
 from qlwf.model.cancellation import accumulate_page, check_page_result, page_outcome
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import Record
 from qlwf.model.values import is_digest, is_portable_id, is_timestamp
-
-from .failures import Failures
 
 # PostgreSQL only: a failed try-lock, or every try hit a lock, deadlock or serialization failure.
 LOCKED_ERRORS = frozenset({("Conflict", "authority_locked"), ("Unavailable", "retry_exhausted")})
@@ -26,7 +24,7 @@ def page_result(query: str, rows: list[Record], limit: int) -> Record:
     return result
 
 
-def frontier_candidate(run_id: Any, plan_digest: Any, admitted_at: Any, fail: Failures) -> Record:
+def frontier_candidate(run_id: Any, plan_digest: Any, admitted_at: Any, fail: CommandErrors) -> Record:
     """storage.md §8: a malformed runId, planDigest or admittedAtMs in a returned row is stored drift."""
     if not (is_portable_id(run_id) and is_digest(plan_digest) and is_timestamp(admitted_at)):
         raise fail.unavailable("candidate_drift", f"frontier candidate row is malformed: {run_id!r}")

@@ -7,20 +7,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from qlwf.impl.port import Clock
+from qlwf.model.errors import CommandErrors
 from qlwf.model.records import Record
 
 from . import cmd_admission, cmd_cancel, cmd_frontier, cmd_recovery, cmd_tasks, cmd_worker
-from .context import Tx
-from .failures import Failures
+from .context import StoreTx
 from .loads import Loads
 from .store import Store
 
 
 @dataclass(frozen=True)
 class WritingCommand:
-    prepare: Callable[[Failures, Any], Any]  # argument checks, before any storage work
-    lock: Callable[[Store, Failures, Any], None]  # the locks of storage.md §6.3
-    run: Callable[[Tx, Any], Record]  # checks and effects, with `now` read under the locks
+    prepare: Callable[[CommandErrors, Any], Any]  # argument checks, before any storage work
+    lock: Callable[[Store, CommandErrors, Any], None]  # the locks of storage.md §6.3
+    run: Callable[[StoreTx, Any], Record]  # checks and effects, with `now` read under the locks
 
 
 def _worker(name: str) -> WritingCommand:
@@ -40,7 +40,7 @@ WRITING_COMMANDS: dict[str, WritingCommand] = {
 CONVERGE = WRITING_COMMANDS["converge_cancellation"]
 
 
-def run_command(store: Store, fail: Failures, clock: Clock, command: WritingCommand, prepared: Any,
+def run_command(store: Store, fail: CommandErrors, clock: Clock, command: WritingCommand, prepared: Any,
                 on_now: Callable[[int], None] | None = None) -> Record:
     """Inside an open transaction: take the locks, read `now` once under them (D-8), run the command.
 
@@ -50,4 +50,4 @@ def run_command(store: Store, fail: Failures, clock: Clock, command: WritingComm
     now = clock.read(store.database_time)
     if on_now is not None:
         on_now(now)
-    return command.run(Tx(store, Loads(store, fail), fail, now), prepared)
+    return command.run(StoreTx(store, Loads(store, fail), fail, now), prepared)

@@ -21,12 +21,12 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from qlwf.impl.commands.failures import Failures
 from qlwf.impl.port import Clock, Record, Snapshot
 from qlwf.impl.sql_adapter import MAX_TRIES, Observer, SqlAdapter, TransactionLog
-from qlwf.model.errors import QlwfError
+from qlwf.model import tables as T
+from qlwf.model.errors import CommandErrors, QlwfError
 
-from . import faults, queries
+from . import drift_injection, queries
 from .database import ConnectionUnavailable, PgDatabase
 from .failures import RETRYABLE, map_storage_error, sqlstate
 from .snapshot import read_snapshot
@@ -34,9 +34,10 @@ from .store import PgStore
 
 __all__ = ["MAX_TRIES", "Observer", "PostgresAdapter", "TransactionLog"]
 
-# storage.md §6.2: transaction-local limits, set right after BEGIN in the same round trip.
-TRANSACTION_LIMITS = ("SET LOCAL statement_timeout = 5000; SET LOCAL lock_timeout = 1000; "
-                      "SET LOCAL idle_in_transaction_session_timeout = 10000")
+# storage.md §6.2: transaction-local limits (records.md §2.3), set right after BEGIN in the same round trip.
+TRANSACTION_LIMITS = (f"SET LOCAL statement_timeout = {T.PG_STATEMENT_TIMEOUT_MS}; "
+                      f"SET LOCAL lock_timeout = {T.PG_LOCK_TIMEOUT_MS}; "
+                      f"SET LOCAL idle_in_transaction_session_timeout = {T.PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}")
 # storage.md §7: queries (recovery_candidates) read the statement timestamp.
 STATEMENT_TIME_SQL = "SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
 
@@ -72,13 +73,13 @@ class PostgresAdapter(SqlAdapter):
 
     # ---- the dialect ------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _operation(self, fail: Failures) -> Iterator[None]:
+    def _operation(self, fail: CommandErrors) -> Iterator[None]:
         if self._closed:
             raise fail.unavailable("storage_closed", "the PostgreSQL adapter is closed")
         yield
 
     @contextlib.contextmanager
-    def _connection(self, fail: Failures) -> Iterator[Any]:
+    def _connection(self, fail: CommandErrors) -> Iterator[Any]:
         try:
             conn = self.database.getconn()
         except ConnectionUnavailable as e:
@@ -107,7 +108,7 @@ class PostgresAdapter(SqlAdapter):
     def _commit_lost(self, conn: psycopg.Connection[Any]) -> bool:
         return bool(conn.broken)
 
-    def _map_storage_error(self, fail: Failures, error: BaseException) -> QlwfError:
+    def _map_storage_error(self, fail: CommandErrors, error: BaseException) -> QlwfError:
         return map_storage_error(fail, error)
 
     def _database_time(self, conn: psycopg.Connection[Any]) -> Callable[[], int]:
@@ -117,7 +118,7 @@ class PostgresAdapter(SqlAdapter):
         return read_snapshot(conn)
 
     def _corrupt(self, conn: psycopg.Connection[Any], kind: str, key: list[Any], patch: Record) -> None:
-        faults.corrupt(conn, kind, key, patch)
+        drift_injection.corrupt(conn, kind, key, patch)
 
 
 def _statement_time(conn: psycopg.Connection[Any]) -> int:

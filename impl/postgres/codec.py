@@ -135,7 +135,6 @@ class Table:
         self.layout = layout
         self.columns = layout.columns
         self._bigint_index = tuple(i for i, c in enumerate(layout.columns) if c in bigints)
-        self._json_index = tuple(i for i, k in enumerate(layout.stored_keys) if k in layout.json_keys)
         self.select_list = ", ".join(layout.columns)
         values = ", ".join("%s::jsonb" if k in layout.json_keys else "%s" for k in layout.stored_keys)
         self.insert_sql = f"INSERT INTO {name} ({self.select_list}) VALUES ({values})"

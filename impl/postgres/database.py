@@ -18,7 +18,7 @@ from .codec import ALL_TABLES
 
 __all__ = ["ConnectionUnavailable", "PgDatabase", "schema_sql"]
 
-# Checks of ql3 tables left NOT VALID by drift injection (faults.py), revalidated after a reset.
+# Checks of ql3 tables left NOT VALID by drift injection (drift_injection.py), revalidated after a reset.
 _NOT_VALID_SQL = """
 SELECT c.conrelid::regclass::text, c.conname FROM pg_constraint AS c
 JOIN pg_namespace AS n ON n.oid = c.connamespace

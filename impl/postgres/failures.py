@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from qlwf.impl.commands.failures import Failures
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 
 # Serialization failure, deadlock, lock not available (the 1 s lock timeout): re-run the command.
 RETRYABLE = frozenset({"40001", "40P01", "55P03"})
@@ -15,7 +14,7 @@ def sqlstate(error: BaseException) -> str | None:
     return getattr(error, "sqlstate", None)
 
 
-def map_storage_error(fail: Failures, error: BaseException) -> QlwfError:
+def map_storage_error(fail: CommandErrors, error: BaseException) -> QlwfError:
     """23503/23505/23514 → Conflict `constraint_violation`; any other error → Unavailable `storage_error`."""
     if isinstance(error, QlwfError):
         return error

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import frontier_candidate
 from qlwf.impl.commands.store import ACTIVE_SQL
 from qlwf.model import tables as T
+from qlwf.model.errors import CommandErrors
 from qlwf.model.records import Record
 
 from .codec import (
@@ -102,23 +102,23 @@ def _rows(conn: Conn, query: str, sql: str, after: Cursor, limit: int,
     return conn.execute(sql.format(keyset=keyset), params).fetchall()
 
 
-def frontier_rows(conn: Conn, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def frontier_rows(conn: Conn, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [frontier_candidate(run_id, pd, bigint(at), fail)
             for run_id, pd, at in _rows(conn, "frontier_candidates", FRONTIER_SQL, after, limit)]
 
 
-def task_rows(conn: Conn, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def task_rows(conn: Conn, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [{"runId": run_id, "stepRunId": sid, "readyAtMs": bigint(at), "planDigest": pd}
             for run_id, sid, at, pd in _rows(conn, "task_candidates", TASK_SQL, after, limit)]
 
 
-def recovery_rows(conn: Conn, after: Cursor, limit: int, fail: Failures, now: int) -> list[Record]:
+def recovery_rows(conn: Conn, after: Cursor, limit: int, fail: CommandErrors, now: int) -> list[Record]:
     return [{"attemptId": aid, "runId": run_id, "stepRunId": sid, "status": status, "leaseExpiresAtMs": bigint(exp)}
             for aid, run_id, sid, status, exp in _rows(conn, "recovery_candidates", RECOVERY_SQL, after, limit,
                                                        (now,))]
 
 
-def cancellation_rows(conn: Conn, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def cancellation_rows(conn: Conn, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [{"runId": run_id, "cancelRequestedAtMs": bigint(at)}
             for run_id, at in _rows(conn, "cancellation_candidates", CANCELLATION_SQL, after, limit)]
 

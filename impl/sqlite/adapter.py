@@ -20,12 +20,11 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from qlwf.impl.commands.failures import Failures
 from qlwf.impl.port import Clock, Record, Snapshot
 from qlwf.impl.sql_adapter import Observer, SqlAdapter
-from qlwf.model.errors import QlwfError
+from qlwf.model.errors import CommandErrors, QlwfError
 
-from . import faults, queries
+from . import drift_injection, queries
 from .authority import OperationAuthority
 from .failures import map_storage_error
 from .memory import open_memory_database
@@ -62,11 +61,11 @@ class SqliteAdapter(SqlAdapter):
         return self._conn
 
     # ---- the dialect ------------------------------------------------------------------------------
-    def _operation(self, fail: Failures) -> contextlib.AbstractContextManager[None]:
+    def _operation(self, fail: CommandErrors) -> contextlib.AbstractContextManager[None]:
         return self._authority.operation(fail)
 
     @contextlib.contextmanager
-    def _connection(self, fail: Failures) -> Iterator[sqlite3.Connection]:
+    def _connection(self, fail: CommandErrors) -> Iterator[sqlite3.Connection]:
         yield self._conn  # held by the authority for the whole operation
 
     def _store_for(self, conn: sqlite3.Connection) -> SqliteStore:
@@ -80,7 +79,7 @@ class SqliteAdapter(SqlAdapter):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
-    def _map_storage_error(self, fail: Failures, error: BaseException) -> QlwfError:
+    def _map_storage_error(self, fail: CommandErrors, error: BaseException) -> QlwfError:
         return map_storage_error(fail, error)
 
     def _database_time(self, conn: sqlite3.Connection) -> Callable[[], int]:
@@ -90,4 +89,4 @@ class SqliteAdapter(SqlAdapter):
         return read_snapshot(conn, self._json_memo)
 
     def _corrupt(self, conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:
-        faults.corrupt(conn, kind, key, patch)
+        drift_injection.corrupt(conn, kind, key, patch)

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from qlwf.model import tables as T
-
-from .failures import Failures
+from qlwf.model.errors import CommandErrors
 
 
 class OperationAuthority:
@@ -30,7 +29,7 @@ class OperationAuthority:
         return self._closed
 
     @contextmanager
-    def operation(self, fail: Failures) -> Iterator[None]:
+    def operation(self, fail: CommandErrors) -> Iterator[None]:
         """Hold the connection for one operation, in arrival order."""
         ticket = object()
         with self._cond:

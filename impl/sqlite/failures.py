@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sqlite3
 
-from qlwf.impl.commands.failures import ConcurrentChange, Failures
-from qlwf.model.errors import QlwfError
+from qlwf.impl.commands.failures import ConcurrentChange
+from qlwf.model.errors import CommandErrors, QlwfError
 
-__all__ = ["ConcurrentChange", "Failures", "map_storage_error"]
+__all__ = ["CommandErrors", "ConcurrentChange", "map_storage_error"]
 
 SQLITE_CONSTRAINT = 19  # primary result code of every constraint-class error, trigger aborts included
 
 
-def map_storage_error(fail: Failures, error: BaseException) -> QlwfError:
+def map_storage_error(fail: CommandErrors, error: BaseException) -> QlwfError:
     """Constraint class → Conflict; any other storage error → Unavailable; command errors pass through."""
     if isinstance(error, QlwfError):
         return error

@@ -10,10 +10,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import frontier_candidate, page_result
 from qlwf.impl.commands.store import ACTIVE_SQL
 from qlwf.model import tables as T
+from qlwf.model.errors import CommandErrors
 from qlwf.model.records import Record
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
@@ -94,23 +94,23 @@ def _rows(conn: sqlite3.Connection, query: str, sql: str, after: Cursor, limit: 
     return conn.execute(sql.format(keyset=keyset), params).fetchall()
 
 
-def frontier_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def frontier_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [frontier_candidate(run_id, pd, at, fail)
             for run_id, pd, at in _rows(conn, "frontier_candidates", FRONTIER_SQL, after, limit)]
 
 
-def task_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def task_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [{"runId": run_id, "stepRunId": sid, "readyAtMs": at, "planDigest": pd}
             for run_id, sid, at, pd in _rows(conn, "task_candidates", TASK_SQL, after, limit)]
 
 
-def recovery_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures, now: int) -> list[Record]:
+def recovery_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: CommandErrors, now: int) -> list[Record]:
     return [{"attemptId": aid, "runId": run_id, "stepRunId": sid, "status": status, "leaseExpiresAtMs": exp}
             for aid, run_id, sid, status, exp in _rows(conn, "recovery_candidates", RECOVERY_SQL, after, limit,
                                                        (now,))]
 
 
-def cancellation_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: Failures) -> list[Record]:
+def cancellation_rows(conn: sqlite3.Connection, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:
     return [{"runId": run_id, "cancelRequestedAtMs": at}
             for run_id, at in _rows(conn, "cancellation_candidates", CANCELLATION_SQL, after, limit)]
 

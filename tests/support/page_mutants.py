@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from qlwf.impl.commands.failures import Failures
 from qlwf.impl.commands.pages import assemble_page, workflow_outcome
 from qlwf.impl.commands.registry import CONVERGE, run_command
 from qlwf.impl.port import Record
 from qlwf.impl.sql_adapter import SqlAdapter
+from qlwf.model.errors import CommandErrors
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,12 @@ def _one_transaction(adapter: type[SqlAdapter]) -> Callable[[pytest.MonkeyPatch]
     """Scan, then every workflow of the page through the dialect's own transaction template, once."""
 
     def apply(mp: pytest.MonkeyPatch) -> None:
-        def page(self: SqlAdapter, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
+        def page(self: SqlAdapter, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
             with self._connection(fail) as conn:
                 rows = self.queries.cancellation_rows(conn, after, limit, fail)
                 self._begin(conn)
                 try:
-                    store, workflow = self._store_for(conn), Failures("converge_cancellation")
+                    store, workflow = self._store_for(conn), CommandErrors("converge_cancellation")
                     outcomes = []
                     for row in rows[:limit]:
                         result = run_command(store, workflow, self.clock, CONVERGE, {"runId": row["runId"]})
@@ -75,7 +75,7 @@ def _ignore_cursor(adapter: type[Any]) -> Callable[[pytest.MonkeyPatch], None]:
     def apply(mp: pytest.MonkeyPatch) -> None:
         original = adapter._converge_page
 
-        def page(self: Any, fail: Failures, limit: int, after: tuple[Any, ...] | None) -> Record:
+        def page(self: Any, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
             return original(self, fail, limit, None)  # every page starts at the head of the order
 
         mp.setattr(adapter, "_converge_page", page)

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from qlwf.impl.commands.faults import CORRUPTIBLE_KINDS, patched
+from qlwf.impl.commands.drift_patch import CORRUPTIBLE_KINDS, patched
 from qlwf.model.canonical import canonical_text
 from qlwf.model.records import TASK_RECEIPT_KEYS, Record
 

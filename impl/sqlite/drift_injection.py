@@ -13,7 +13,7 @@ import json
 import sqlite3
 from typing import Any
 
-from qlwf.impl.commands.faults import CORRUPTIBLE_KINDS, patched
+from qlwf.impl.commands.drift_patch import CORRUPTIBLE_KINDS, patched
 from qlwf.model.canonical import canonical_text
 from qlwf.model.records import TASK_RECEIPT_KEYS, Record
 
