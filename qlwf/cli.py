@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "qlwf.cmd_show",
     "qlwf.cmd_diff",
     "qlwf.cmd_regenerate",
+    "qlwf.cmd_campaign",
 )
 
 
