@@ -287,3 +287,31 @@ def test_the_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_an_unreachable_scheduler_is_one_clear_error() -> None:
     with pytest.raises(ClusterUnavailable, match=r"[Dd]ask"):
         DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)
+
+
+@pytest.mark.postgres
+def test_the_postgres_leg_on_the_pool_and_on_dask(pg_server: Any, dask_cluster: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked pool workers share the session's server; Dask workers reach it through QLWF_PG_DSN.
+    Seed 19: its one PostgreSQL trace is a short random one (27 steps), so the test stays quick."""
+    cfg = CampaignConfig(minutes=2, seed=19, out=tmp_path / "pool", kinds=("conform-postgres",), budget=TINY,
+                         max_shards=1)
+    code, pool = campaign(cfg, lambda: PoolExecutor(1), out=io.StringIO(), live=False)
+    assert (code, pool["verdict"]) == (0, "passed"), pool
+    assert pool["kinds"]["conform-postgres"]["examples"] == TINY.postgres_traces
+    assert pool["kinds"]["conform-postgres"]["steps"] > 0
+    on_dask = CampaignConfig(minutes=2, seed=19, out=tmp_path / "dask", kinds=("conform-postgres",), budget=TINY,
+                             max_shards=1, on_cluster=True)
+    monkeypatch.delenv("QLWF_PG_DSN", raising=False)
+    code, skipped = campaign(on_dask, lambda: DaskExecutor(dask_cluster), out=io.StringIO(), live=False)
+    assert (code, skipped["kinds"]["conform-postgres"]["status"]) == (3, "skipped")
+    assert any("QLWF_PG_DSN" in r for r in skipped["reasons"])
+    monkeypatch.setenv("QLWF_PG_DSN", pg_server.dsn())
+    code, dask = campaign(on_dask, lambda: DaskExecutor(dask_cluster), out=io.StringIO(), live=False)
+    assert code == 0 and without_timing(dask) == without_timing(pool)
+    assert pg_server.dsn().split("password=")[-1] not in json.dumps(dask)  # never in the summary
+
+
+def test_plans_end_when_nothing_is_left_to_run() -> None:
+    assert list(plan(1, (), TINY)) == []
+    assert [s.kind for s in plan(1, ("explore",), TINY)] == ["explore"] * len(dag_shapes(1))

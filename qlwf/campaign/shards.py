@@ -68,7 +68,8 @@ def plan(campaign_seed: int, kinds: tuple[str, ...], budget: Budget, plant: str 
     shapes = [s for n in range(1, budget.explore_max_steps + 1) for s in dag_shapes(n)] if "explore" in kinds else []
     counts = dict.fromkeys(kinds, 0)
     index = 0
-    while True:
+    while kinds:
+        before = index
         for kind in kinds:
             n = counts[kind]
             if kind == "explore":
@@ -84,6 +85,8 @@ def plan(campaign_seed: int, kinds: tuple[str, ...], budget: Budget, plant: str 
             counts[kind] = n + 1
             index += 1
             yield shard
+        if index == before:  # only explorer shards were asked for, and their shapes ran out
+            return
 
 
 # ------------------------------------------------------------------------------------------------
