@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"qlwf campaign: seed {seed} (--seed {seed} repeats these shards)", file=sys.stderr)
     budget = Budget(stateful_examples=args.stateful_examples, sqlite_traces=args.traces_per_shard,
-                    postgres_traces=max(1, args.traces_per_shard // 2), oracle_lines=args.oracle_lines,
+                    postgres_traces=max(1, args.traces_per_shard // 4), oracle_lines=args.oracle_lines,
                     explore_max_steps=args.explore_max_steps)
     cfg = CampaignConfig(minutes=args.minutes, seed=seed, out=Path(args.out), kinds=args.kinds, budget=budget,
                          max_shards=args.max_shards, plant=args.plant, on_cluster=args.scheduler is not None)
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--stateful-examples", type=_positive(int), default=Budget.stateful_examples, metavar="N",
                    help=f"Hypothesis examples per stateful shard (default {Budget.stateful_examples})")
     p.add_argument("--traces-per-shard", type=_positive(int), default=Budget.sqlite_traces, metavar="N",
-                   help=f"generated traces per SQLite shard, half that per PostgreSQL shard "
+                   help=f"generated traces per SQLite shard, a quarter of that per PostgreSQL shard "
                         f"(default {Budget.sqlite_traces})")
     p.add_argument("--oracle-lines", type=_positive(int), default=Budget.oracle_lines, metavar="N",
                    help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")

@@ -315,3 +315,16 @@ def test_the_postgres_leg_on_the_pool_and_on_dask(pg_server: Any, dask_cluster: 
 def test_plans_end_when_nothing_is_left_to_run() -> None:
     assert list(plan(1, (), TINY)) == []
     assert [s.kind for s in plan(1, ("explore",), TINY)] == ["explore"] * len(dag_shapes(1))
+
+
+def test_the_shards_import_nothing_from_tests(tmp_path: Path) -> None:
+    """The installed qlwf runs every kind of shard: the machine, the fuzzer and the harness are package code."""
+    code = ("import sys, qlwf.cmd_campaign, qlwf.campaign.shards as s\n"
+            "s.oracle_pool(); import qlwf.conformance.stateful.machine, qlwf.conformance.oracle_fuzz\n"
+            f"bad = [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith("
+            f"{str(REPO / 'tests')!r})]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -29,7 +29,7 @@ class Budget:
     stateful_examples: int = 4  # Hypothesis examples per stateful shard
     stateful_steps: int = 40  # steps per example (the ci profile's stateful_step_count)
     sqlite_traces: int = 8  # generated conformance traces per SQLite shard
-    postgres_traces: int = 4
+    postgres_traces: int = 2  # PostgreSQL runs a trace several times slower than SQLite
     oracle_lines: int = 2000  # fuzzed oracle lines per shard
     explore_max_steps: int = 3  # the explorer's shards: every DAG shape of 1..this many steps
 
