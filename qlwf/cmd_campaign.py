@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"qlwf campaign: seed {seed} (--seed {seed} repeats these shards)", file=sys.stderr)
     budget = Budget(stateful_examples=args.stateful_examples, sqlite_traces=args.traces_per_shard,
                     postgres_traces=max(1, args.traces_per_shard // 4), oracle_lines=args.oracle_lines,
-                    explore_max_steps=args.explore_max_steps)
+                    explore_max_steps=args.explore_max_steps, explore_max_depth=args.explore_max_depth)
     cfg = CampaignConfig(minutes=args.minutes, seed=seed, out=Path(args.out), kinds=args.kinds, budget=budget,
                          max_shards=args.max_shards, plant=args.plant, on_cluster=args.scheduler is not None)
 
@@ -93,4 +93,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")
     p.add_argument("--explore-max-steps", type=_positive(int), default=Budget.explore_max_steps, metavar="K",
                    help=f"explorer shards: every DAG shape of 1..K steps (default {Budget.explore_max_steps})")
+    p.add_argument("--explore-max-depth", type=_positive(int), metavar="D",
+                   help="bound the explorer's search depth (default: exhaustive over each shape)")
     p.set_defaults(func=run)

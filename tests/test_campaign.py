@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from qlwf.conformance.mutants.manifest import by_name
 from qlwf.conformance.trace import load
-from qlwf.model.explore import dag_shapes
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, summarize
-from qlwf.campaign.shards import KINDS, Budget, Finding, Shard, ShardResult, derived_seed, plan
+from qlwf.campaign.shards import KINDS, Budget, Finding, Shard, ShardResult, derived_seed, explorer, plan
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = Budget(stateful_examples=2, sqlite_traces=2, postgres_traces=1, oracle_lines=200, explore_max_steps=1)
+TINY = Budget(stateful_examples=2, sqlite_traces=2, postgres_traces=1, oracle_lines=200, explore_max_steps=1,
+              explore_max_depth=4)
 # An SQLite storage mutant (attempt numbers restart per StepRun): the model is right, the backend diverges.
 STORAGE_FAULT = "task-attempt-number-restarts"
 PLANTED_KINDS = ("stateful", "conform-sqlite", "oracle")  # its first failing shard is #1, not #0
@@ -37,6 +37,7 @@ def without_timing(summary: dict[str, Any]) -> dict[str, Any]:
 
 # ---- the shard plan ---------------------------------------------------------------------------------
 def test_shards_follow_from_the_seed_alone() -> None:
+    dag_shapes = explorer().dag_shapes
     first = list(itertools.islice(plan(11, KINDS, TINY), 12))
     assert first == list(itertools.islice(plan(11, KINDS, TINY), 12))
     assert [s.seeds for s in first if s.seeds] != [s.seeds for s in itertools.islice(plan(12, KINDS, TINY), 12)
@@ -313,6 +314,7 @@ def test_the_postgres_leg_on_the_pool_and_on_dask(pg_server: Any, dask_cluster: 
 
 
 def test_plans_end_when_nothing_is_left_to_run() -> None:
+    dag_shapes = explorer().dag_shapes
     assert list(plan(1, (), TINY)) == []
     assert [s.kind for s in plan(1, ("explore",), TINY)] == ["explore"] * len(dag_shapes(1))
 
@@ -320,7 +322,7 @@ def test_plans_end_when_nothing_is_left_to_run() -> None:
 def test_the_shards_import_nothing_from_tests(tmp_path: Path) -> None:
     """The installed qlwf runs every kind of shard: the machine, the fuzzer and the harness are package code."""
     code = ("import sys, qlwf.cmd_campaign, qlwf.campaign.shards as s\n"
-            "s.oracle_pool(); import qlwf.conformance.stateful.machine, qlwf.conformance.oracle_fuzz\n"
+            "import qlwf.conformance.stateful.machine, qlwf.conformance.oracle_fuzz\n"
             f"bad = [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith("
             f"{str(REPO / 'tests')!r})]\n"
             "print(bad); sys.exit(1 if bad else 0)")

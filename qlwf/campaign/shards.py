@@ -9,6 +9,7 @@ plain data in, plain data out, so it pickles to any of them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import random
@@ -20,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("stateful", "conform-sqlite", "conform-postgres", "oracle", "explore")
+# The explorer's one import site here (it may move to another package; only this name changes then).
+EXPLORER = "qlwf.model.explore"
+
+
+def explorer() -> Any:
+    return importlib.import_module(EXPLORER)
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,7 @@ class Budget:
     postgres_traces: int = 2  # PostgreSQL runs a trace several times slower than SQLite
     oracle_lines: int = 2000  # fuzzed oracle lines per shard
     explore_max_steps: int = 3  # the explorer's shards: every DAG shape of 1..this many steps
+    explore_max_depth: int | None = None  # the explorer's BFS depth bound (None: exhaustive)
 
 
 @dataclass(frozen=True)
@@ -48,9 +56,7 @@ class Shard:
     @property
     def name(self) -> str:
         if self.shape is not None:
-            from qlwf.model.explore import shape_name
-
-            return f"{self.kind}[{shape_name(self.shape)}]"
+            return f"{self.kind}[{explorer().shape_name(self.shape)}]"
         return f"{self.kind}#{self.number}"
 
 
@@ -63,8 +69,7 @@ def derived_seed(campaign_seed: int, kind: str, number: int, part: int = 0) -> i
 def plan(campaign_seed: int, kinds: tuple[str, ...], budget: Budget, plant: str | None = None,
          pg_dsn: str | None = None) -> Iterator[Shard]:
     """Every shard of the campaign in order: the kinds round-robin, the explorer's shapes until they run out."""
-    from qlwf.model.explore import dag_shapes
-
+    dag_shapes = explorer().dag_shapes
     shapes = [s for n in range(1, budget.explore_max_steps + 1) for s in dag_shapes(n)] if "explore" in kinds else []
     counts = dict.fromkeys(kinds, 0)
     index = 0
@@ -284,12 +289,12 @@ def oracle_pool(plant: str | None = None) -> list[tuple[str, Any, Any]]:
         from qlwf.conformance.diff_sources import corpus_inputs
         from qlwf.conformance.runner import CORPUS_DIR
         from qlwf.model.errors import QlwfError
-        from qlwf.model.explore import build_plan, dag_shapes, shape_needs
         from qlwf.model.oracle import consult
 
         requests = [(item["fn"], item["input"]) for item in corpus_inputs(CORPUS_DIR)]
-        requests += [("admit-workflow", build_plan("run-f", "plan-f", shape_needs(s), 1000))
-                     for n in (1, 2, 3) for s in dag_shapes(n)]
+        ex = explorer()
+        requests += [("admit-workflow", ex.build_plan("run-f", "plan-f", ex.shape_needs(s), 1000))
+                     for n in (1, 2, 3) for s in ex.dag_shapes(n)]
         pool = []
         for fn, inp in requests:
             try:
@@ -306,11 +311,10 @@ def _explore(shard: Shard, result: ShardResult) -> None:
     from qlwf.conformance.stateful.postconditions import transition_problems
     from qlwf.conformance.trace import Trace, dumps
     from qlwf.conformance.trace_export import record_for_saving
-    from qlwf.model.explore import Config, explore
-
+    ex = explorer()
     assert shard.shape is not None
-    report = explore(Config(max_steps=shard.shape[0], shapes=(shard.shape,), stop_on_violation=True),
-                     checker=transition_problems)
+    report = ex.explore(ex.Config(max_steps=shard.shape[0], max_depth=shard.budget.explore_max_depth,
+                                  shapes=(shard.shape,), stop_on_violation=True), checker=transition_problems)
     result.examples += len(report.shapes)
     result.states += report.distinct_states
     result.transitions += report.transitions
@@ -332,4 +336,5 @@ def shard_json(shard: Shard) -> dict[str, Any]:
     out.pop("pg_dsn")
     out.pop("budget")
     out["name"] = shard.name
-    return json.loads(json.dumps(out))
+    plain: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as the summary file has them
+    return plain
