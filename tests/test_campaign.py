@@ -55,10 +55,12 @@ def test_shards_follow_from_the_seed_alone() -> None:
 
 # ---- the campaign loop, with completion orders no real executor guarantees ---------------------------
 class ScriptedExecutor:
-    """Completes its in-flight shards newest first: the order a fast later shard would produce."""
+    """Completes its in-flight shards newest first (the order a fast later shard would produce), or all of
+    them at once."""
 
-    def __init__(self, workers: int, failing: set[int]) -> None:
+    def __init__(self, workers: int, failing: set[int], at_once: bool = False) -> None:
         self.workers = workers
+        self.at_once = at_once
         self.where = f"scripted x{workers}"
         self.failing = failing
         self.started: list[int] = []
@@ -69,7 +71,7 @@ class ScriptedExecutor:
         return shard
 
     def wait_any(self, handles: Iterable[Shard], timeout: float) -> set[Shard]:
-        return {max(handles, key=lambda s: s.index)}
+        return set(handles) if self.at_once else {max(handles, key=lambda s: s.index)}
 
     def result(self, shard: Shard) -> ShardResult:
         r = ShardResult(shard.index, shard.name, shard.kind, shard.seeds, examples=1, steps=shard.index + 1)
@@ -90,8 +92,8 @@ def test_the_first_failing_shard_in_order_whatever_the_completion_order(failing:
     cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("stateful", "oracle"), budget=TINY, max_shards=8)
     legs = Legs(cfg.kinds, {})
     summaries = []
-    for workers in (1, 2, 4):
-        executor = ScriptedExecutor(workers, failing)
+    for workers, at_once in ((1, False), (2, False), (4, False), (4, True)):
+        executor = ScriptedExecutor(workers, failing, at_once)
         outcome = drive(cfg, legs, executor)
         summaries.append(without_timing(summarize(cfg, legs, outcome, executor.where, workers)))
         if failing:
@@ -99,7 +101,7 @@ def test_the_first_failing_shard_in_order_whatever_the_completion_order(failing:
             assert max(executor.started) <= min(failing) + workers - 1  # nothing submitted past the stop
         else:
             assert outcome.stopped == "max-shards" and executor.started == list(range(8))
-    assert summaries[0] == summaries[1] == summaries[2]
+    assert summaries[0] == summaries[1] == summaries[2] == summaries[3]
     s = summaries[0]
     assert s["verdict"] == ("failed" if failing else "passed")
     assert s["shards"]["run"] == (min(failing) + 1 if failing else 8)

@@ -145,7 +145,9 @@ def drive(cfg: CampaignConfig, legs: Legs, executor: Executor, progress: Campaig
             if not in_flight:
                 break
             for handle in executor.wait_any(in_flight, timeout=max(0.01, min(0.5, deadline - clock()))):
-                shard = in_flight.pop(handle)
+                if handle not in in_flight:  # cancelled by a counterexample earlier in this batch
+                    continue
+                del in_flight[handle]
                 r = executor.result(handle)
                 if out.first_failing is not None and r.index > out.first_failing:
                     out.discarded += 1
