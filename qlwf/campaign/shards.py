@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import os
 import random
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -328,13 +327,3 @@ def _explore(shard: Shard, result: ShardResult) -> None:
 _RUNNERS = {"stateful": _stateful, "conform-sqlite": _conform_sqlite, "conform-postgres": _conform_postgres,
             "oracle": _oracle, "explore": _explore}
 assert set(_RUNNERS) == set(KINDS)
-
-
-def shard_json(shard: Shard) -> dict[str, Any]:
-    """How the summary names a shard (never the DSN: it may hold a password)."""
-    out = asdict(shard)
-    out.pop("pg_dsn")
-    out.pop("budget")
-    out["name"] = shard.name
-    plain: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as the summary file has them
-    return plain
