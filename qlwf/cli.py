@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, str] = {
     "show": "qlwf.cmd_show",
     "diff": "qlwf.cmd_diff",
     "regenerate": "qlwf.cmd_regenerate",
+    "campaign": "qlwf.cmd_campaign",
 }
 
 

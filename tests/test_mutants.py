@@ -1,7 +1,7 @@
 """Every model mutant of the manifest is reported by its named check with behavioural evidence.
 
 The manifest (conformance/mutants) names, per mutant, the check that must catch it and the kind of
-evidence: an invariant (INV-n, LIVE-1) or a contract (a postcondition of tests/support/oracle.py, a
+evidence: an invariant (INV-n, LIVE-1) or a contract (a postcondition of conformance/stateful/postconditions.py, a
 write on a no-write outcome). Here the named check runs with the mutant planted, and the finding it
 reports must be of that kind; the manifest as a whole admits only behavioural kinds.
 """
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import Phase
 from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
 from qlwf.conformance.mutants.manifest import problems
+from qlwf.conformance.stateful.postconditions import transition_problems
 from qlwf.model.explore import Config, dag_shapes, explore
-from support.oracle import transition_problems
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's
 # witness sits in a small, specific situation.

@@ -1,4 +1,4 @@
-"""The plan strategies produce admissible plans of every advertised shape (tests/strategies.py)."""
+"""The plan strategies produce admissible plans of every advertised shape (qlwf.conformance.stateful.strategies)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import re
 
 import networkx as nx
 from hypothesis import find, given, settings
+from qlwf.conformance.stateful.strategies import Needs, chains, dag_needs, diamonds, fans, large_dags, signed_plan
 from qlwf.model.invariants import check_invariants
 from qlwf.model.records import normalize_plan
 from qlwf.model.state import State
 from qlwf.model.system import apply
-from strategies import Needs, chains, dag_needs, diamonds, fans, large_dags, signed_plan
 
 HARNESS_ID = re.compile(r"[a-z0-9][a-z0-9:-]*")
 STEP_KEY = re.compile(r"[a-z][a-z0-9-]{0,62}")

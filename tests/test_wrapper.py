@@ -107,6 +107,7 @@ def test_the_package_builds_quietly_with_its_data(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("qlwf-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for required in ("qlwf/impl/sqlite/schema.sql", "qlwf/impl/postgres/schema.sql",
-                     "qlwf/model/explore_manifest.json"):
+                     "qlwf/model/explore_manifest.json", "qlwf/campaign/shards.py",
+                     "qlwf/conformance/stateful/machine.py"):
         assert required in names
     assert any(n.startswith("qlwf/conformance/corpus/") and n.endswith(".json") for n in names)

@@ -8,11 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from qlwf.conformance.stateful.coverage import witnesses
+from qlwf.conformance.stateful.postconditions import transition_problems
 from qlwf.model.explore import Config, ExploreReport, explore
 from qlwf.model.state import State
-
-from support.coverage import witnesses
-from support.oracle import transition_problems
 
 MANIFEST = Path(__file__).resolve().parents[2] / "model" / "explore_manifest.json"
 

@@ -16,7 +16,7 @@ from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import Outcome
 
-from support.contracts import convergence_expectation, expected_outcome
+from .contracts import convergence_expectation, expected_outcome
 
 NO_WRITE = frozenset({"existing", "idempotent", "leased", "not_eligible", "already_released", "already_starting",
                       "already_running", "already_terminal", "settled", "unchanged", "retry", "manual"})
@@ -167,7 +167,7 @@ def _run_intent(before: State, name: str, args: Record) -> bool:
 
 
 def contract_problems(name: str, args: Any, before: State, out: Outcome) -> list[str]:
-    """The model's answer against the outcome restated from the command's check list (support/contracts.py)."""
+    """The model's answer against the outcome restated from the command's check list (contracts.py)."""
     if out.error is not None and out.error.reason == "argument_invalid":
         return []  # malformed arguments are checked by the machine's own expectations
     want = expected_outcome(name, args, before)

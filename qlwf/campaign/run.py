@@ -1,0 +1,293 @@
+"""One campaign: shards in order over an executor until the deadline, the shard limit or the first counterexample.
+
+What is reported does not depend on the number of workers (decisions Q-45):
+* shards are submitted in their fixed order, at most one per free worker, so nothing queues;
+* a counterexample in shard j stops submission; the shards before j still finish, those after it
+  are cancelled or, if they finished already, discarded; the findings are those of the first
+  failing shard in order, and the shards counted are 0…j;
+* at the deadline the shards still running are cancelled and not counted (a deadline campaign
+  is reproduced with `--max-shards` = its complete prefix).
+Timing-dependent figures (seconds, rates, discarded and cancelled shards, where it ran) live under
+the summary's "timing" key only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from qlwf.progress import Progress
+
+from .executors import Executor
+from .shards import KINDS, Budget, Finding, Shard, ShardResult, plan
+
+SUMMARY_FORMAT = "qlwf-campaign"
+COUNT_KEYS = ("examples", "steps", "states", "transitions")
+
+
+class CampaignUsageError(Exception):
+    """Bad input the campaign cannot start with (exit 2)."""
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    minutes: float
+    seed: int
+    out: Path
+    kinds: tuple[str, ...] = KINDS
+    budget: Budget = field(default_factory=Budget)
+    max_shards: int | None = None
+    plant: str | None = None
+    on_cluster: bool = False  # --scheduler: workers do not share this process's PostgreSQL server
+
+
+@dataclass
+class Legs:
+    """Which kinds run, and why any selected one cannot (a skipped leg makes the verdict unknown)."""
+
+    active: tuple[str, ...]
+    skipped: dict[str, str]
+    pg_dsn: str | None = None
+
+
+def prepare_legs(cfg: CampaignConfig) -> Legs:
+    """Provision what the selected kinds need, before any worker exists (forked workers inherit it)."""
+    from qlwf.conformance import backends
+
+    skipped: dict[str, str] = {}
+    pg_dsn = None
+    if "conform-postgres" in cfg.kinds:
+        if cfg.on_cluster:
+            pg_dsn = os.environ.get("QLWF_PG_DSN", "").strip() or None
+            if pg_dsn is None:
+                skipped["conform-postgres"] = ("on a Dask cluster the PostgreSQL leg needs QLWF_PG_DSN (a server "
+                                               "every worker reaches)")
+        if "conform-postgres" not in skipped:
+            try:
+                backends.get("postgres").provisioner.prepare()
+            except backends.BackendUnavailable as e:
+                skipped["conform-postgres"] = f"PostgreSQL unavailable: {e}"
+            except backends.BackendMisconfigured as e:
+                raise CampaignUsageError(f"PostgreSQL misconfigured: {e}") from e
+    return Legs(tuple(k for k in cfg.kinds if k not in skipped), skipped, pg_dsn)
+
+
+class CampaignProgress(Progress):
+    """The shared progress line (qlwf/progress.py), counting shards, steps, states and findings."""
+
+    def __init__(self, cfg: CampaignConfig, stream: TextIO | None = None, live: bool | None = None) -> None:
+        super().__init__("campaign", cfg.max_shards or 0, stream, live=live)
+        self.minutes = cfg.minutes
+        self.states = 0
+        self.findings = 0
+
+    def add(self, r: ShardResult) -> None:
+        self.states += r.states
+        self.findings += len(r.findings)
+        self.advance(1, r.steps)
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        total = f"/{self.total}" if self.total else ""
+        return (f"{self.label}: {self.done}{total} shards, {self.steps} steps ({self.steps / elapsed:.0f}/s), "
+                f"{self.states} states ({self.states / elapsed:.0f}/s), {self.findings} finding(s), "
+                f"{elapsed:.0f}/{self.minutes * 60:.0f} s")
+
+    def _show(self, *, final: bool) -> None:
+        if not self.live:
+            super()._show(final=final)
+            return
+        elapsed = time.monotonic() - self.start
+        fraction = self.done / self.total if self.total else elapsed / max(self.minutes * 60, 1e-9)
+        width = 24
+        filled = width if final else min(width, int(width * fraction))
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.line()}" + ("\n" if final else ""))
+        self.stream.flush()
+
+
+@dataclass
+class Outcome:
+    results: dict[int, ShardResult]
+    stopped: str
+    first_failing: int | None
+    discarded: int = 0
+    cancelled: int = 0
+    seconds: float = 0.0
+
+
+def drive(cfg: CampaignConfig, legs: Legs, executor: Executor, progress: CampaignProgress | None = None,
+          clock: Callable[[], float] = time.monotonic) -> Outcome:
+    """Run shards in order on `executor` until a stop condition; see the module docstring for the rules."""
+    shards = plan(cfg.seed, legs.active, cfg.budget, cfg.plant, legs.pg_dsn)
+    start = clock()
+    deadline = start + cfg.minutes * 60
+    in_flight: dict[Any, Shard] = {}
+    results: dict[int, ShardResult] = {}
+    out = Outcome(results, "", None)
+    submitted = 0
+    exhausted = False
+    try:
+        while True:
+            while (not out.stopped and not exhausted and len(in_flight) < executor.workers
+                   and (cfg.max_shards is None or submitted < cfg.max_shards) and clock() < deadline):
+                shard = next(shards, None)
+                if shard is None:
+                    exhausted = True
+                    break
+                in_flight[executor.submit(shard)] = shard
+                submitted += 1
+            if not in_flight:
+                break
+            for handle in executor.wait_any(in_flight, timeout=max(0.01, min(0.5, deadline - clock()))):
+                if handle not in in_flight:  # cancelled by a counterexample earlier in this batch
+                    continue
+                del in_flight[handle]
+                r = executor.result(handle)
+                if out.first_failing is not None and r.index > out.first_failing:
+                    out.discarded += 1
+                    continue
+                results[r.index] = r
+                if progress is not None:
+                    progress.add(r)
+                if r.findings and (out.first_failing is None or r.index < out.first_failing):
+                    out.first_failing = r.index
+                    out.stopped = "counterexample"
+                    later = [h for h, s in in_flight.items() if s.index > r.index]
+                    executor.cancel(later)
+                    for h in later:
+                        del in_flight[h]
+                    out.cancelled += len(later)
+                    for i in [i for i in results if i > r.index]:
+                        del results[i]
+                        out.discarded += 1
+            if in_flight and clock() >= deadline:
+                executor.cancel(list(in_flight))
+                out.cancelled += len(in_flight)
+                in_flight.clear()
+                out.stopped = out.stopped or "deadline"
+        if not out.stopped:
+            out.stopped = ("deadline" if clock() >= deadline else "exhausted" if exhausted else "max-shards")
+    finally:
+        executor.cancel(list(in_flight))
+        out.seconds = clock() - start
+        if progress is not None:
+            progress.close()
+    return out
+
+
+def summarize(cfg: CampaignConfig, legs: Legs, outcome: Outcome, where: str, workers: int) -> dict[str, Any]:
+    """The JSON summary: everything but the "timing" key is the same for the same seed and shard limit."""
+    results = [outcome.results[i] for i in sorted(outcome.results)]
+    kinds: dict[str, Any] = {}
+    for kind in KINDS:
+        mine = [r for r in results if r.kind == kind]
+        entry: dict[str, Any] = {"shards": len(mine), **{k: sum(getattr(r, k) for r in mine) for k in COUNT_KEYS}}
+        if kind in legs.skipped:
+            entry["status"], entry["reason"] = "skipped", legs.skipped[kind]
+        elif kind not in cfg.kinds:
+            entry["status"], entry["reason"] = "not selected", "left out by --kinds"
+        elif mine:
+            entry["status"] = "ran"
+        else:
+            entry["status"] = "not reached" if outcome.first_failing is not None else "no shard completed"
+        kinds[kind] = entry
+    findings: list[Finding] = [f for r in results for f in r.findings]
+    errors = [{"shard": r.name, "error": r.error} for r in results if r.error]
+    reasons: list[str] = []
+    if findings:
+        verdict = "failed"
+        reasons.append(f"{len(findings)} counterexample(s) in shard {results[-1].name}")
+    else:
+        if not results:
+            reasons.append("no shard completed")
+        reasons += [f"{k}: skipped ({why})" for k, why in legs.skipped.items()]
+        reasons += [f"{k}: no shard completed" for k, e in kinds.items()
+                    if e["status"] == "no shard completed" and results]
+        reasons += [f"{e['shard']}: {e['error']}" for e in errors]
+        verdict = "unknown" if reasons else "passed"
+    prefix = 0
+    while prefix in outcome.results:
+        prefix += 1
+
+    def rate(n: int) -> float | None:
+        return round(n / outcome.seconds, 1) if outcome.seconds > 0 else None
+
+    return {
+        "format": SUMMARY_FORMAT, "version": 1, "seed": cfg.seed, "verdict": verdict, "reasons": reasons,
+        "stopped": outcome.stopped, "plant": cfg.plant, "maxShards": cfg.max_shards,
+        "shards": {"run": len(results), "completePrefix": prefix,
+                   "list": [{"index": r.index, "name": r.name, "seeds": list(r.seeds), **r.counts(),
+                             "findings": len(r.findings), **({"error": r.error} if r.error else {})}
+                            for r in results]},
+        "kinds": kinds,
+        "findings": [f.to_json(f"traces/{f.trace_name}") for f in findings],
+        "errors": errors,
+        "timing": {"seconds": round(outcome.seconds, 3), "where": where, "workers": workers,
+                   "minutes": cfg.minutes, "discarded": outcome.discarded, "cancelled": outcome.cancelled,
+                   "stepsPerSecond": rate(sum(r.steps for r in results)),
+                   "statesPerSecond": rate(sum(r.states for r in results)),
+                   "shardSeconds": round(sum(r.seconds for r in results), 3)},
+    }
+
+
+def write(summary: dict[str, Any], findings: list[Finding], out: Path) -> Path:
+    """The traces under out/traces/ and the summary as out/summary.json; returns the summary's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    traces = out / "traces"
+    if findings:
+        traces.mkdir(exist_ok=True)
+    for f in findings:
+        (traces / f.trace_name).write_text(f.trace_text, encoding="utf-8")
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def report(summary: dict[str, Any], summary_path: Path, out: TextIO | None = None) -> None:
+    out = out if out is not None else sys.stdout
+    t = summary["timing"]
+    print(f"qlwf campaign: seed {summary['seed']} on {t['where']}, stopped by {summary['stopped']} after "
+          f"{t['seconds']:.1f} s", file=out)
+    for kind, e in summary["kinds"].items():
+        if e["status"] == "ran":
+            counts = ", ".join(f"{e[k]} {k}" for k in COUNT_KEYS if e[k])
+            print(f"  {kind:17} {e['shards']} shard(s): {counts}", file=out)
+        else:
+            why = e.get("reason", "stopped at the counterexample" if e["status"] == "not reached" else "")
+            print(f"  {kind:17} {e['status']}" + (f": {why}" if why else ""), file=out)
+    root = summary_path.parent
+    for f in summary["findings"]:
+        path = root / f["trace"]
+        print(f"  COUNTEREXAMPLE {f['shard']}: {f['message']}", file=out)
+        print(f"    trace:  {path}", file=out)
+        print(f"    replay: {f['replay'].replace('TRACE', str(path))}", file=out)
+    for e in summary["errors"]:
+        print(f"  ERROR {e['shard']}: {e['error']}", file=out)
+    why = f" ({'; '.join(summary['reasons'])})" if summary["reasons"] else ""
+    print(f"qlwf campaign: {summary['verdict'].upper()}{why}; summary {summary_path}", file=out)
+
+
+EXIT = {"passed": 0, "failed": 1, "unknown": 3}
+
+
+def campaign(cfg: CampaignConfig, make_executor: Callable[[], Executor], out: TextIO | None = None,
+             progress_stream: TextIO | None = None, live: bool | None = None) -> tuple[int, dict[str, Any]]:
+    """Provision, drive, summarize, write; the exit code and the summary."""
+    legs = prepare_legs(cfg)
+    executor = make_executor()
+    try:
+        progress = CampaignProgress(cfg, progress_stream, live=live)
+        outcome = drive(cfg, legs, executor, progress)
+    finally:
+        executor.close()
+    summary = summarize(cfg, legs, outcome, executor.where, executor.workers)
+    findings = [f for i in sorted(outcome.results) for f in outcome.results[i].findings]
+    path = write(summary, findings, cfg.out)
+    report(summary, path, out)
+    return EXIT[summary["verdict"]], summary

