@@ -205,7 +205,10 @@ def _stateful(shard: Shard, result: ShardResult) -> None:
                 super().teardown()
 
         budget = shard.budget
-        config = settings(derandomize=False, database=None, deadline=None, print_blob=False,
+        # Parent: Hypothesis's own defaults, not whichever profile this process loaded (a test
+        # session's, say), so a shard's settings and therefore its examples depend on the shard alone.
+        config = settings(settings.get_profile("default"), derandomize=False, database=None, deadline=None,
+                          print_blob=False,
                           max_examples=budget.stateful_examples, stateful_step_count=budget.stateful_steps,
                           phases=[Phase.generate, Phase.shrink],
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
