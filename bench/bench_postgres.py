@@ -1,7 +1,9 @@
 """PostgreSQL backend throughput against a trivial-transaction baseline on the same server, in one run.
 
 1. Conformance: the golden corpus plus N generated traces in lockstep (invariants off), single
-   threaded; reported as lockstep steps/s and backend transactions/s (writing commands only).
+   threaded; reported as lockstep steps/s and backend transactions/s (writing commands only), twice:
+   `full` reads and compares the whole store after every step (full_every=1, the harness before
+   incremental checks), `incremental` the default (lockstep.FULL_EVERY).
 2. Concurrency: the concurrency check for K = 2, 4, 8 workers; reported as commits/s.
 3. Baselines: the same number of trivial transactions — `BEGIN ISOLATION LEVEL SERIALIZABLE`, the
    same SET LOCAL limits, `UPDATE` of one counter row, `COMMIT` — on pooled connections of the same
@@ -19,7 +21,7 @@ import time
 
 from qlwf.conformance import backends, runner
 from qlwf.conformance.concurrency import concurrency_check
-from qlwf.conformance.lockstep import run_lockstep
+from qlwf.conformance.lockstep import FULL_EVERY, run_lockstep
 from qlwf.conformance.trace import Trace
 from qlwf.impl.postgres.adapter import TRANSACTION_LIMITS, PostgresAdapter, TransactionLog
 from qlwf.impl.postgres.conformance import shared_server
@@ -29,7 +31,7 @@ from qlwf.impl.postgres.server import PgServer, unique_database_name
 SEED = 20261129
 
 
-def conformance(traces: list[Trace]) -> tuple[int, int, int, float, float]:
+def conformance(traces: list[Trace], full_every: int) -> tuple[int, int, int, float, float]:
     """(steps, commands, writing transactions, total seconds, seconds inside the backend's commands)."""
     factory = backends.get("postgres").create()
     steps = commands = transactions = 0
@@ -41,7 +43,7 @@ def conformance(traces: list[Trace]) -> tuple[int, int, int, float, float]:
             assert isinstance(port, PostgresAdapter)
             log: list[TransactionLog] = []
             port.observer = log.append
-            result = run_lockstep(trace, port)
+            result = run_lockstep(trace, port, full_every=full_every)
             port.close()
             if result.divergence is not None:
                 raise SystemExit(f"trace {trace.name} diverged:\n{result.divergence.render()}")
@@ -91,22 +93,24 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=100)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--ops", type=int, default=60, help="operations per worker of the concurrency check")
+    parser.add_argument("--no-concurrency", action="store_true", help="only the conformance rows")
     args = parser.parse_args()
     server, _ = shared_server()
 
     traces = runner.corpus_traces() + list(runner.generated_traces(args.traces, args.seed))
-    steps, commands, transactions, seconds, backend_seconds = conformance(traces)
-    base = baseline(server, transactions, 1)
-    step_rate, command_rate = steps / seconds, commands / backend_seconds
-    print(f"conformance: {len(traces)} traces, {steps} steps in {seconds:.2f} s = {step_rate:.0f} steps/s "
-          f"(model, snapshot read-back and comparisons included); {commands} commands ({transactions} writing "
-          f"transactions) at {command_rate:.0f} commands/s inside the backend")
-    print(f"  baseline: {base:.0f} trivial SERIALIZABLE transactions/s (1 thread, {transactions} transactions)")
-    print(f"  ratios:   steps/s ÷ baseline = {step_rate / base:.3f}; backend commands/s ÷ baseline = "
-          f"{command_rate / base:.3f}")
+    for mode, full_every in (("full", 1), ("incremental", FULL_EVERY)):
+        steps, commands, transactions, seconds, backend_seconds = conformance(traces, full_every)
+        base = baseline(server, transactions, 1)
+        step_rate, command_rate = steps / seconds, commands / backend_seconds
+        print(f"conformance ({mode}): {len(traces)} traces, {steps} steps in {seconds:.2f} s = {step_rate:.0f} "
+              f"steps/s (model, snapshot read-back and comparisons included); {commands} commands ({transactions} "
+              f"writing transactions) at {command_rate:.0f} commands/s inside the backend")
+        print(f"  baseline: {base:.0f} trivial SERIALIZABLE transactions/s (1 thread, {transactions} transactions)")
+        print(f"  ratios:   steps/s ÷ baseline = {step_rate / base:.3f}; backend commands/s ÷ baseline = "
+              f"{command_rate / base:.3f}")
     print(f"{'K':>2} {'commits':>8} {'retries':>8} {'exhausted':>9} {'conflicts':>9} {'commits/s':>10} "
           f"{'baseline/s':>11} {'ratio':>6}  verdict")
-    for k in (2, 4, 8):
+    for k in () if args.no_concurrency else (2, 4, 8):
         report = concurrency_check(k=k, ops=args.ops, seed=args.seed, server=server)
         base_k = baseline(server, report.commits, k)
         print(f"{k:>2} {report.commits:>8} {sum(report.retries.values()):>8} {report.exhausted:>9} "

@@ -1,14 +1,20 @@
 """Step-by-step conformance: every trace step applied to the model and to a backend, compared after each.
 
 After every step the harness compares (commands.md §1.3) the outcome (result key for key, or the
-error's class, code and reason), the full read-back snapshot record by record, and evaluates the
-model's invariants on the backend's snapshot. A recorded trace is also checked against its own
+error's class, code and reason), the read-back snapshot record by record, and evaluates the
+model's invariants on the backend's snapshot. A port that tracks its writes (impl/port.py
+ChangeTracking) is read back and compared only for the kinds the step wrote (by the port's own
+account or the model's); every FULL_EVERY-th step, the last one and every step with recorded
+expectations read and compare the whole store, which proves those accounts complete. Invariants
+are re-evaluated whenever the compared state or the clock changed; on the very same snapshot at
+the same clock the previous (clean) evaluation stands. A recorded trace is also checked against its own
 expectations (the model must still produce them). The first divergence stops the run and is
 reported with the step, both outcomes, a record-level snapshot diff and the model rules that fired.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import time
@@ -16,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from qlwf.impl.port import CommandPort, FaultInjection
+from qlwf.impl.port import ChangeTracking, CommandPort, FaultInjection, Snapshot
 from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import QlwfError
-from qlwf.model.state import State
+from qlwf.model.state import TABLES, State
 
 from . import boundaries
 from .coverage import Coverage
@@ -29,6 +35,49 @@ from .trace import ModelStep, Trace, expectations, first_difference, model_step
 
 Record = dict[str, Any]
 InvariantCheck = Callable[[State], list[Any]]
+
+
+FULL_EVERY = 16  # a whole-store comparison at least every this many steps (ports that track their writes)
+
+# The State field behind each snapshot kind (State's table fields are in TABLES order).
+_KIND_FIELDS = tuple(zip(TABLES, [f.name for f in dataclasses.fields(State) if f.name != "clock"], strict=True))
+
+
+def written_by_model(before: State, after: State) -> frozenset[str]:
+    """The kinds whose table a model step replaced: States are copy-on-write, so an untouched table is
+    the very same object."""
+    return frozenset(kind for kind, name in _KIND_FIELDS if getattr(before, name) is not getattr(after, name))
+
+
+class ReadBack:
+    """The backend's snapshot after each step: read whole, or only the kinds the step wrote (the rest
+    is the previous read, which the previous step compared)."""
+
+    def __init__(self, port: CommandPort, full_every: int) -> None:
+        self.port = port
+        self.tracking = port if full_every > 1 and isinstance(port, ChangeTracking) else None
+        self.full_every = full_every
+        self.previous: Snapshot | None = None
+        self.since_full = 0
+
+    def read(self, model_wrote: frozenset[str], full: bool) -> tuple[Snapshot, frozenset[str] | None]:
+        """The snapshot and the kinds read afresh (None: the whole store was read)."""
+        if self.tracking is None:
+            return self.port.snapshot(), None
+        wrote = self.tracking.written_kinds() | model_wrote
+        fresh: frozenset[str] | None = None
+        if full or self.previous is None or self.since_full + 1 >= self.full_every:
+            snap, self.since_full = self.port.snapshot(), 0
+        else:
+            part = self.tracking.snapshot_kinds(wrote) if wrote else {}
+            snap = {kind: part[kind] if kind in wrote else records for kind, records in self.previous.items()}
+            fresh, self.since_full = wrote, self.since_full + 1
+        self.previous = snap
+        return snap, fresh
+
+    def whole(self, snap: Snapshot, fresh: frozenset[str] | None) -> Snapshot:
+        """The whole store for a divergence report, exactly as a full read at this step shows it."""
+        return snap if fresh is None else self.port.snapshot()
 
 
 def load_invariant_check() -> InvariantCheck | None:
@@ -117,19 +166,24 @@ def backend_outcome(port: CommandPort, name: str, args: Any, now: int) -> Record
 
 def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck | None = None,
                  invariants_every_step: bool = True, check_expectations: bool = True,
-                 coverage: Coverage | None = None) -> LockstepResult:
+                 coverage: Coverage | None = None, full_every: int = FULL_EVERY) -> LockstepResult:
     """Apply `trace` to a fresh model and to `port` (an empty store); stop at the first divergence.
 
     `invariants` is evaluated on the backend's read-back snapshot after every step, or only after
     the last one when `invariants_every_step` is False (for large generated batches: the
-    invariants cost more than the step itself).
+    invariants cost more than the step itself). `full_every` = 1 reads and compares the whole
+    store after every step whatever the port offers.
     """
     result = LockstepResult(trace.name or trace.description)
     state = State(clock=trace.initial_clock)
     # a port behind a process boundary may send the next step ahead, to run it while this one is checked
     prefetch = getattr(port, "prefetch", None)
+    readback = ReadBack(port, full_every)
+    clean_at: int | None = None  # the clock of the last clean invariant evaluation, while nothing changed since
     for i, step in enumerate(trace.steps):
         result.steps = i + 1
+        last = i == len(trace.steps) - 1
+        recorded = check_expectations and "clock" in step
 
         def diverge(kind: str, message: str, **extra: Any) -> LockstepResult:
             result.divergence = Divergence(result.trace, i, step, kind, message,  # noqa: B023
@@ -148,7 +202,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                     return diverge("fault_injection", f"{type(port).__name__} cannot inject drift")
                 port.corrupt(step["kind"], step["key"], step["patch"])
             t_read = time.perf_counter()
-            backend_snapshot = port.snapshot()
+            backend_snapshot, fresh = readback.read(written_by_model(state, done.state), last or recorded)
         except Exception as e:  # a backend crash is a divergence, not a harness failure
             # an exec driver's protocol breach says so itself (conformance/exec_process.py)
             kind = getattr(e, "divergence_kind", "backend_crash")
@@ -167,16 +221,21 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             if canonical_json(done.outcome) != canonical_json(got):
                 return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=done.outcome,
                                backend_outcome=got, rules=done.rules,
-                               record_diffs=snapshot_diff(model_snapshot, backend_snapshot))
-        last = i == len(trace.steps) - 1
-        recorded = check_expectations and "clock" in step
-        if model_snapshot != backend_snapshot or ((last or recorded) and canonical_json(model_snapshot)
-                                                  != canonical_json(backend_snapshot)):
+                               record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
+        if fresh is None:
+            differs = model_snapshot != backend_snapshot or ((last or recorded) and canonical_json(model_snapshot)
+                                                             != canonical_json(backend_snapshot))
+        else:
+            differs = any(model_snapshot[kind] != backend_snapshot[kind] for kind in fresh)
+        if differs:
             return diverge("state", "the backend's durable state differs from the model's",
                            model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
-                           record_diffs=snapshot_diff(model_snapshot, backend_snapshot))
+                           record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
         if invariants is not None and (invariants_every_step or last):
-            violations = _backend_only_violations(invariants, backend_snapshot, done.state)
+            # the same snapshot objects (nothing written, nothing re-read) at the same clock: same verdict
+            unchanged = fresh is not None and not fresh and clean_at == done.state.clock
+            violations = [] if unchanged else _backend_only_violations(invariants, backend_snapshot, done.state)
+            clean_at = None if violations else done.state.clock
             result.invariant_checks += 1
             if violations:
                 return diverge("invariant", f"{len(violations)} invariant(s) fail on the backend snapshot",

@@ -175,3 +175,18 @@ class FaultInjection(Protocol):
     """
 
     def corrupt(self, kind: str, key: list[Any], patch: Record) -> None: ...
+
+
+@runtime_checkable
+class ChangeTracking(Protocol):
+    """Optional capability for incremental conformance checks: which kinds the port wrote, and a
+    read-back of only some kinds.
+
+    `written_kinds()` returns the snapshot kinds written (or attempted, rolled-back tries included)
+    since the previous call, and resets; `snapshot_kinds(kinds)` returns `snapshot()` restricted to
+    `kinds`. The claim is the port's own: the harness proves it by a periodic full comparison.
+    """
+
+    def written_kinds(self) -> frozenset[str]: ...
+
+    def snapshot_kinds(self, kinds: frozenset[str]) -> Snapshot: ...

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from qlwf.impl.commands import arguments
 from qlwf.impl.commands.failures import ConcurrentChange
@@ -80,6 +80,34 @@ class AdapterStats:
             self.retries[code] += 1
 
 
+# Which snapshot kind each writing method of the Store protocol (impl/commands/store.py) writes.
+WRITES: dict[str, str] = {
+    "insert_run": "runs", "cas_run": "runs",
+    "insert_admission": "admissions", "insert_admission_step": "admissionSteps",
+    "insert_step_run": "stepRuns", "cas_step_run": "stepRuns", "insert_mutation": "mutations",
+    "insert_event": "events",
+    "insert_attempt": "attempts", "cas_attempt": "attempts", "cas_attempt_convergence": "attempts",
+    "insert_receipt": "taskReceipts",
+    "insert_lease": "leases", "cas_lease": "leases",
+}
+
+
+class WriteRecorder:
+    """A Store seen through the command logic: every writing method used adds its kind to `written`."""
+
+    __slots__ = ("_store", "_written")
+
+    def __init__(self, store: Store, written: set[str]) -> None:
+        self._store = store
+        self._written = written
+
+    def __getattr__(self, name: str) -> Any:
+        kind = WRITES.get(name)
+        if kind is not None:
+            self._written.add(kind)
+        return getattr(self._store, name)
+
+
 class RetryTry(Exception):
     """One try failed with a retryable storage error (`code` says which); the command is re-run."""
 
@@ -100,6 +128,7 @@ class SqlAdapter(CommandPort):
         self.clock = clock if clock is not None else FixedClock()
         self.observer = observer
         self.stats = AdapterStats()
+        self._written: set[str] = set()  # snapshot kinds written since written_kinds() was last called
 
     # ---- the dialect ------------------------------------------------------------------------------
     @abstractmethod
@@ -128,7 +157,8 @@ class SqlAdapter(CommandPort):
         """The database clock, read by queries (recovery_candidates) outside a transaction."""
 
     @abstractmethod
-    def _read_snapshot(self, conn: Any) -> Snapshot: ...
+    def _read_snapshot(self, conn: Any, kinds: frozenset[str] | None = None) -> Snapshot:
+        """Every snapshot kind, or only `kinds`."""
 
     @abstractmethod
     def _corrupt(self, conn: Any, kind: str, key: list[Any], patch: Record) -> None: ...
@@ -170,8 +200,21 @@ class SqlAdapter(CommandPort):
     def corrupt(self, kind: str, key: list[Any], patch: Record) -> None:
         """FaultInjection: overwrite one stored record (drift traces only)."""
         fail = CommandErrors("cancellation_candidates")
+        self._written.add(kind)
         with self._operation(fail), self._connection(fail) as conn:
             self._corrupt(conn, kind, key, patch)
+
+    # ---- ChangeTracking (impl/port.py): incremental conformance checks ---------------------------
+    def written_kinds(self) -> frozenset[str]:
+        """The kinds whose Store write methods ran (rolled-back tries included) since the last call."""
+        written = frozenset(self._written)
+        self._written.clear()
+        return written
+
+    def snapshot_kinds(self, kinds: frozenset[str]) -> Snapshot:
+        fail = CommandErrors("cancellation_candidates")
+        with self._operation(fail), self._connection(fail) as conn:
+            return self._read_snapshot(conn, kinds)
 
     # ---- writing transactions ---------------------------------------------------------------------
     def _transaction(self, fail: CommandErrors, command: WritingCommand, args: Any, prepared: Any) -> Record:
@@ -206,7 +249,8 @@ class SqlAdapter(CommandPort):
             committing = False
             try:
                 self._begin(conn)
-                result = run_command(self._store_for(conn), fail, self.clock, command, prepared, on_now)
+                store = cast(Store, WriteRecorder(self._store_for(conn), self._written))
+                result = run_command(store, fail, self.clock, command, prepared, on_now)
                 committing = True
                 self._commit(conn)
                 return result

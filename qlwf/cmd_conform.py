@@ -24,7 +24,8 @@ def register(subparsers: Any) -> None:
     conform = subparsers.add_parser(
         "conform", help="replay generated traces (and the golden corpus) against a backend in lockstep with the model",
         description="Apply seeded-random traces, and with --corpus the golden traces, to the model and to a fresh "
-                    "store of the backend; compare outcome and full snapshot after every step. Exit 0 only when "
+                    "store of the backend; compare outcome and snapshot after every step (what the step wrote; the "
+                    "whole store at least every 16th step and at the last). Exit 0 only when "
                     "every trace passed. The last line printed is a one-line summary.",
         epilog=EXIT_CODES)
     conform.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")

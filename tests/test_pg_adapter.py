@@ -373,6 +373,13 @@ def test_a_held_authority_lock_fails_convergence_and_the_page_records_locked(db:
                                      "error": None}]
         assert (page["blocked"], page["hasMore"]) == (1, True)
         assert port.snapshot() == before
+        holder_pid = holder.info.backend_pid
+    # A session's advisory locks go when its server process has exited, which trails the client's close.
+    with other_connection(db) as watcher:
+        deadline = time.monotonic() + 10
+        while watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (holder_pid,)).fetchone():
+            assert time.monotonic() < deadline, "the holder's server process outlived its connection by 10 s"
+            time.sleep(0.01)
     assert port.execute("converge_cancellation", {"runId": "run-1"}, now=T0 + 4)["status"] == "blocked"
 
 

@@ -114,8 +114,8 @@ class PostgresAdapter(SqlAdapter):
     def _database_time(self, conn: psycopg.Connection[Any]) -> Callable[[], int]:
         return lambda: _statement_time(conn)
 
-    def _read_snapshot(self, conn: psycopg.Connection[Any]) -> Snapshot:
-        return read_snapshot(conn)
+    def _read_snapshot(self, conn: psycopg.Connection[Any], kinds: frozenset[str] | None = None) -> Snapshot:
+        return read_snapshot(conn, kinds)
 
     def _corrupt(self, conn: psycopg.Connection[Any], kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn, kind, key, patch)

@@ -1,11 +1,13 @@
 """Read the whole store back as canonical records (commands.md §1.3); read-only, no clock.
 
-One round trip: the nine SELECTs go out as one simple-protocol script, which PostgreSQL runs as one
-implicit transaction (a consistent view). jsonb values are rebuilt in canonical key order.
+One round trip: the nine SELECTs (or those of the kinds asked for) go out as one simple-protocol
+script, which PostgreSQL runs as one implicit transaction (a consistent view). jsonb values are
+rebuilt in canonical key order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -34,35 +36,35 @@ def _select(table: Table, order: str) -> str:
     return f"SELECT {table.select_list} FROM {table.name} ORDER BY {order}"
 
 
-_SCRIPT = "; ".join([
-    f'SELECT plan_digest, plan_json, receipt_json FROM {ADMISSIONS_TABLE} ORDER BY plan_digest COLLATE "C"',
-    f"SELECT {', '.join(ADMISSION_STEP_COLUMNS)} FROM {ADMISSION_STEPS_TABLE} "
-    'ORDER BY plan_digest COLLATE "C", step_key COLLATE "C"',
-    _select(RUNS, 'id COLLATE "C"'),
-    _select(STEP_RUNS, 'id COLLATE "C"'),
-    _select(MUTATIONS, 'mutation_id COLLATE "C"'),
-    _select(EVENTS, 'run_id COLLATE "C", sequence'),
-    _select(ATTEMPTS, 'id COLLATE "C"'),
-    f'SELECT receipt_json FROM {TASK_RECEIPTS_TABLE} ORDER BY attempt_id COLLATE "C"',
-    _select(LEASES, 'attempt_id COLLATE "C"'),
-])
+Row = tuple[Any, ...]
+
+# Per snapshot kind, in the port's kind order: its SELECT and how a row becomes a record.
+_KINDS: dict[str, tuple[str, Callable[[Row], Record]]] = {
+    "admissions": (f"SELECT plan_digest, plan_json, receipt_json FROM {ADMISSIONS_TABLE} "
+                   'ORDER BY plan_digest COLLATE "C"',
+                   lambda r: {"planDigest": r[0], "plan": plan_value(r[1]), "receipt": admission_receipt_value(r[2])}),
+    "admissionSteps": (f"SELECT {', '.join(ADMISSION_STEP_COLUMNS)} FROM {ADMISSION_STEPS_TABLE} "
+                       'ORDER BY plan_digest COLLATE "C", step_key COLLATE "C"', admission_step_record),
+    "runs": (_select(RUNS, 'id COLLATE "C"'), RUNS.to_record),
+    "stepRuns": (_select(STEP_RUNS, 'id COLLATE "C"'), STEP_RUNS.to_record),
+    "mutations": (_select(MUTATIONS, 'mutation_id COLLATE "C"'), MUTATIONS.to_record),
+    "events": (_select(EVENTS, 'run_id COLLATE "C", sequence'), EVENTS.to_record),
+    "attempts": (_select(ATTEMPTS, 'id COLLATE "C"'), ATTEMPTS.to_record),
+    "taskReceipts": (f'SELECT receipt_json FROM {TASK_RECEIPTS_TABLE} ORDER BY attempt_id COLLATE "C"',
+                     lambda r: task_receipt_value(r[0])),
+    "leases": (_select(LEASES, 'attempt_id COLLATE "C"'), LEASES.to_record),
+}
+_SCRIPT = "; ".join(sql for sql, _ in _KINDS.values())
 
 
-def read_snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[Record]]:
-    cur = conn.execute(_SCRIPT)
-    results: list[list[tuple[Any, ...]]] = [cur.fetchall()]
+def read_snapshot(conn: psycopg.Connection[Any], kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+    """Every kind (or only `kinds`, still one round trip) in canonical form."""
+    chosen = list(_KINDS) if kinds is None else [k for k in _KINDS if k in kinds]
+    if not chosen:
+        return {}
+    script = _SCRIPT if kinds is None else "; ".join(_KINDS[k][0] for k in chosen)
+    cur = conn.execute(script)
+    results: list[list[Row]] = [cur.fetchall()]
     while cur.nextset():
         results.append(cur.fetchall())
-    admissions, steps, runs, step_runs, mutations, events, attempts, receipts, leases = results
-    return {
-        "admissions": [{"planDigest": pd, "plan": plan_value(plan), "receipt": admission_receipt_value(receipt)}
-                       for pd, plan, receipt in admissions],
-        "admissionSteps": [admission_step_record(r) for r in steps],
-        "runs": [RUNS.to_record(r) for r in runs],
-        "stepRuns": [STEP_RUNS.to_record(r) for r in step_runs],
-        "mutations": [MUTATIONS.to_record(r) for r in mutations],
-        "events": [EVENTS.to_record(r) for r in events],
-        "attempts": [ATTEMPTS.to_record(r) for r in attempts],
-        "taskReceipts": [task_receipt_value(r) for (r,) in receipts],
-        "leases": [LEASES.to_record(r) for r in leases],
-    }
+    return {kind: [_KINDS[kind][1](r) for r in rows] for kind, rows in zip(chosen, results, strict=True)}

@@ -85,8 +85,8 @@ class SqliteAdapter(SqlAdapter):
     def _database_time(self, conn: sqlite3.Connection) -> Callable[[], int]:
         return self._store.database_time
 
-    def _read_snapshot(self, conn: sqlite3.Connection) -> Snapshot:
-        return read_snapshot(conn, self._json_memo)
+    def _read_snapshot(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> Snapshot:
+        return read_snapshot(conn, self._json_memo, kinds)
 
     def _corrupt(self, conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn, kind, key, patch)

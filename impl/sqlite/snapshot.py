@@ -50,27 +50,37 @@ def _table(conn: sqlite3.Connection, codec: Codec, order: str, parse: Parse) -> 
     return [codec.to_record(r, parse) for r in rows]
 
 
-def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads) -> dict[str, list[Record]]:
-    """Every record kind sorted by its key; BINARY collation orders text by code point (D-9)."""
-    admissions = [
-        {"planDigest": pd, "plan": parse(plan), "receipt": parse(receipt)}
-        for pd, plan, receipt in conn.execute(
-            f'SELECT plan_digest, plan_json, receipt_json FROM "{ADMISSIONS_TABLE}" ORDER BY plan_digest')
-    ]
-    admission_steps = [
-        admission_step_record(r) for r in conn.execute(
-            f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" ORDER BY plan_digest, step_key')
-    ]
-    receipts = [parse(text) for (text,) in conn.execute(
+def _admissions(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
+    return [{"planDigest": pd, "plan": parse(plan), "receipt": parse(receipt)}
+            for pd, plan, receipt in conn.execute(
+                f'SELECT plan_digest, plan_json, receipt_json FROM "{ADMISSIONS_TABLE}" ORDER BY plan_digest')]
+
+
+def _admission_steps(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
+    return [admission_step_record(r) for r in conn.execute(
+        f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" ORDER BY plan_digest, step_key')]
+
+
+def _receipts(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
+    return [parse(text) for (text,) in conn.execute(
         f'SELECT receipt_json FROM "{TASK_RECEIPTS_TABLE}" ORDER BY attempt_id')]
-    return {
-        "admissions": admissions,
-        "admissionSteps": admission_steps,
-        "runs": _table(conn, RUNS, "id", parse),
-        "stepRuns": _table(conn, STEP_RUNS, "id", parse),
-        "mutations": _table(conn, MUTATIONS, "mutation_id", parse),
-        "events": _table(conn, EVENTS, "run_id, sequence", parse),
-        "attempts": _table(conn, ATTEMPTS, "id", parse),
-        "taskReceipts": receipts,
-        "leases": _table(conn, LEASES, "attempt_id", parse),
-    }
+
+
+# One reader per snapshot kind, in the port's kind order; BINARY collation orders text by code point (D-9).
+READERS: dict[str, Callable[[sqlite3.Connection, Parse], list[Record]]] = {
+    "admissions": _admissions,
+    "admissionSteps": _admission_steps,
+    "runs": lambda conn, parse: _table(conn, RUNS, "id", parse),
+    "stepRuns": lambda conn, parse: _table(conn, STEP_RUNS, "id", parse),
+    "mutations": lambda conn, parse: _table(conn, MUTATIONS, "mutation_id", parse),
+    "events": lambda conn, parse: _table(conn, EVENTS, "run_id, sequence", parse),
+    "attempts": lambda conn, parse: _table(conn, ATTEMPTS, "id", parse),
+    "taskReceipts": _receipts,
+    "leases": lambda conn, parse: _table(conn, LEASES, "attempt_id", parse),
+}
+
+
+def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
+                  kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+    """Every record kind (or only `kinds`) sorted by its key."""
+    return {kind: read(conn, parse) for kind, read in READERS.items() if kinds is None or kind in kinds}
