@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from qlwf.model.explore import Config, dag_shapes, explore
+from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 
 
 def bench_explorer(max_steps: int, jobs: int) -> list[dict[str, Any]]:

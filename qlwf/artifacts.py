@@ -20,9 +20,9 @@ Texts = dict[str, str]  # repository-relative path -> file text
 EXPLORER_MANIFEST = "model/explore_manifest.json"
 EXPLORER_MAX_STEPS = 3
 EXPLORER_ABOUT = (
-    "Expected counts of the exhaustive explorer (model/explore.py, `qlwf explore`): per DAG shape and in total "
-    "for K = 1..3. tests/test_explore.py and tests/test_artifacts.py fail when a count changes; after an intended "
-    "change of the model or of the abstraction, run `qlwf regenerate` and review the difference.")
+    "Expected counts of the exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): per DAG shape "
+    "and in total for K = 1..3. tests/test_explore.py and tests/test_artifacts.py fail when a count changes; after "
+    "an intended change of the model or of the abstraction, run `qlwf regenerate` and review the difference.")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _corpus(_root: Path) -> Texts:
 
 def explorer_manifest_text(report: Any) -> str:
     """The manifest file for an exploration up to EXPLORER_MAX_STEPS steps."""
-    from qlwf.model.explore import manifest_counts
+    from qlwf.conformance.checkers.explore import manifest_counts
 
     return json.dumps({"about": EXPLORER_ABOUT, **manifest_counts(report)}, indent=2) + "\n"
 
@@ -59,7 +59,7 @@ def explorer_manifest_text(report: Any) -> str:
 def _explorer(_root: Path, report: Any = None) -> Texts:
     import os
 
-    from qlwf.model.explore import Config, explore
+    from qlwf.conformance.checkers.explore import Config, explore
 
     if report is None:
         report = explore(Config(max_steps=EXPLORER_MAX_STEPS), jobs=min(4, os.cpu_count() or 1))

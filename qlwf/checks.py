@@ -222,7 +222,7 @@ def proofs(opts: dict[str, Any]) -> Evidence:
 
 def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     """Exhaustive exploration of every DAG shape up to K steps matches the pinned manifest."""
-    from qlwf.model.explore import Config, explore, manifest_counts
+    from qlwf.conformance.checkers.explore import Config, explore, manifest_counts
 
     k = 2 if opts.get("quick") else 3
     report = explore(Config(max_steps=k, stop_on_violation=True))  # one finding fails the check

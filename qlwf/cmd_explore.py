@@ -1,4 +1,4 @@
-"""`qlwf explore`: exhaustive small-scope exploration of the model (model/explore.py)."""
+"""`qlwf explore`: exhaustive small-scope exploration of the model (conformance/checkers/explore.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf.conformance.checkers.explore import (
+    FULL,
+    Alphabet,
+    Config,
+    ExploreReport,
+    Finding,
+    ShapeReport,
+    default_alphabet,
+    explore,
+)
 from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, save
 from qlwf.conformance.trace_export import record_for_saving
-from qlwf.model.explore import FULL, Alphabet, Config, ExploreReport, Finding, ShapeReport, default_alphabet, explore
 
 DEFAULT_TRACE_DIR = "reports/counterexamples"
 

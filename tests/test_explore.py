@@ -1,4 +1,5 @@
-"""The exhaustive explorer (model/explore.py, `qlwf explore`): shapes, abstraction, counts manifest, CLI."""
+"""The exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): shapes, abstraction, counts
+manifest, CLI."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 import json
 
 import networkx as nx
-from qlwf.model import explore as E
+from qlwf.conformance.checkers import explore as E
 from qlwf.model.state import State
 from qlwf.model.system import apply
 from support.explored import explored, load_manifest

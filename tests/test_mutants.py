@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase
+from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
 from qlwf.conformance.mutants.manifest import problems
-from qlwf.model.explore import Config, dag_shapes, explore
 from support.oracle import transition_problems
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's

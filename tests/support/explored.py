@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from qlwf.model.explore import Config, ExploreReport, explore
+from qlwf.conformance.checkers.explore import Config, ExploreReport, explore
 from qlwf.model.state import State
 
 from support.coverage import witnesses

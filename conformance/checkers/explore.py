@@ -2,7 +2,7 @@
 
 For every DAG shape with 1..K steps (isomorphic DAGs explored once, through a canonical form) a
 breadth-first search admits one workflow and applies every choice that matters to every reachable
-state, checking INV-1..31 and LIVE-1 (the drain of model/liveness.py) on every explored state.
+state, checking INV-1..31 and LIVE-1 (the drain of conformance/checkers/liveness.py) on every explored state.
 
 State identity (the abstraction that makes the space finite)
 -------------------------------------------------------------
@@ -61,12 +61,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import tables as T
-from .invariants import check_invariants, consistent_binding
+from qlwf.model import tables as T
+from qlwf.model.invariants import check_invariants, consistent_binding
+from qlwf.model.records import Record, sign_plan, task_definition_ref
+from qlwf.model.state import State
+from qlwf.model.system import advance_time, apply
+
 from .liveness import drain
-from .records import Record, sign_plan, task_definition_ref
-from .state import State
-from .system import advance_time, apply
 
 Edge = tuple[int, int]
 Shape = tuple[int, tuple[Edge, ...]]  # (number of steps, canonical need -> dependent edges)
