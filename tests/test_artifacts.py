@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_every_generated_artifact_is_current() -> None:
-    report, _ = explored(artifacts.EXPLORER_MAX_STEPS)
+    # K <= 3 here; the manifest's 4-step shapes enter the rebuilt totals as pinned (the full gate explores them)
+    report, _ = explored(artifacts.EXPLORER_TESTED_STEPS)
     built = artifacts.build(REPO, explorer_report=report)
     assert set(built) == set(artifacts.NAMES)
     stale = artifacts.stale(REPO, built)
