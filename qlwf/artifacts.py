@@ -18,7 +18,7 @@ from qlwf.checks import EXPLORER_QUICK_K, load_script
 
 Texts = dict[str, str]  # repository-relative path -> file text
 EXPLORER_MANIFEST = "model/explore_manifest.json"
-EXPLORER_MAX_STEPS = 3
+EXPLORER_MAX_STEPS = 4
 EXPLORER_TESTED_STEPS = 3  # the test suite explores K <= 3; the 4-step shapes are checked by the full gate profile
 EXPLORER_ABOUT = (
     "Expected counts of the exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): per DAG shape "
