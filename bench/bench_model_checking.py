@@ -1,31 +1,54 @@
 """Model-checking throughput: explorer states/s (per K) and stateful-machine examples/s.
 
 Reproducible: the explorer is deterministic; the stateful campaign is derandomized with a fixed
-budget. Reports wall time and CPU time (the machine may be shared).
-Run: python bench/bench_model_checking.py [--max-steps K] [--examples N] [--jobs J]
+budget. Reports wall time and CPU time (the machine may be shared). The explorer is measured in both
+modes in the same run: full invariant evaluation in one process, and incremental on J processes.
+Run: python bench/bench_model_checking.py [--min-steps K0] [--max-steps K] [--examples N] [--jobs J] [--no-stateful]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from qlwf.model.explore import Config, dag_shapes, explore
+from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 
 
-def bench_explorer(max_steps: int, jobs: int) -> list[dict[str, Any]]:
+def _cpu() -> float:
+    """CPU seconds of this process and of its reaped children (the explorer's worker processes), so a
+    per-CPU-second rate stays comparable between modes when the machine is shared."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+# Explorer modes side by side in one run: the full evaluation of every state in one process (how the
+# explorer ran before issue 15), then the incremental evaluation on `--jobs` processes.
+MODES = (("full, 1 job", False, 1), ("incremental", True, None))
+
+
+def bench_explorer(max_steps: int, jobs: int, min_steps: int = 1) -> list[dict[str, Any]]:
     rows = []
-    for k in range(1, max_steps + 1):
-        wall, cpu = time.perf_counter(), time.process_time()
-        shapes = tuple(dag_shapes(k))  # the shapes of exactly k steps
-        report = explore(Config(max_steps=k, shapes=shapes), jobs=jobs)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        rows.append({"what": f"explorer, {k}-step shapes ({len(shapes)})", "count": report.distinct_states,
-                     "unit": "states", "transitions": report.transitions, "wall": wall, "cpu": cpu})
+    scopes = [(f"{k}-step shapes", k, tuple(dag_shapes(k))) for k in range(min_steps, max_steps + 1)]
+    if max_steps > min_steps:  # the whole scope at once, as the gate explores it (what two jobs can share)
+        scopes.append((f"K = {min_steps}..{max_steps}", max_steps,
+                       tuple(s for n in range(min_steps, max_steps + 1) for s in dag_shapes(n))))
+    for scope, k, shapes in scopes:
+        for label, incremental, mode_jobs in MODES:
+            n_jobs = mode_jobs or jobs
+            wall, cpu = time.perf_counter(), _cpu()
+            report = explore(Config(max_steps=k, shapes=shapes, incremental=incremental), jobs=n_jobs)
+            wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+            if report.findings:
+                raise SystemExit(f"the explorer found {len(report.findings)} violation(s) at K={k}")
+            rows.append({"what": f"explorer {scope} ({len(shapes)}), {label}"
+                                 + (f", {n_jobs} jobs" if mode_jobs is None else ""),
+                         "count": report.distinct_states, "unit": "states", "transitions": report.transitions,
+                         "wall": wall, "cpu": cpu})
     return rows
 
 
@@ -55,12 +78,16 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=3)
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--min-steps", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2, help="processes of the incremental explorer mode")
+    parser.add_argument("--no-stateful", action="store_true", help="explorer rows only")
     args = parser.parse_args()
-    rows = [*bench_explorer(args.max_steps, args.jobs), bench_stateful(args.examples, args.steps)]
-    print(f"{'workload':<40} {'count':>8} {'unit':<9} {'wall s':>8} {'cpu s':>8} {'per wall s':>11} {'per cpu s':>10}")
+    rows = bench_explorer(args.max_steps, args.jobs, args.min_steps)
+    if not args.no_stateful:
+        rows.append(bench_stateful(args.examples, args.steps))
+    print(f"{'workload':<52} {'count':>8} {'unit':<9} {'wall s':>8} {'cpu s':>8} {'per wall s':>11} {'per cpu s':>10}")
     for r in rows:
-        print(f"{r['what']:<40} {r['count']:>8} {r['unit']:<9} {r['wall']:>8.2f} {r['cpu']:>8.2f} "
+        print(f"{r['what']:<52} {r['count']:>8} {r['unit']:<9} {r['wall']:>8.2f} {r['cpu']:>8.2f} "
               f"{r['count'] / r['wall']:>11.1f} {r['count'] / max(r['cpu'], 1e-9):>10.1f}")
     return 0
 

@@ -7,9 +7,9 @@ REQUEST names the tree and what to dump: `explore` (K and optional shape names),
 bound) and `record` (step lists to run). The dumper is the running installation's code; of the
 mapped tree it uses only the model's stable entry points (system.apply / advance_time,
 state.State, tables, oracle.consult, errors, and what the explorer imports) and, for proofs,
-`proofs.runner.run`. The explorer's alphabet and state abstraction (model/explore.py) are
-loaded from the running installation beside the mapped model, so both sides of a diff are
-explored with the same choices and the same state identity.
+`proofs.runner.run`. The explorer's alphabet and state abstraction (conformance/checkers/explore.py) are the
+running installation's, over the mapped model, so both sides of a diff are explored with the
+same choices and the same state identity.
 
 Exploration output, per shape: `nodes` {key: [depth, parent key, incoming step, snapshot digest,
 incoming label, identity text]} and `edges` {key: [[label, step, outcome, rules, next key,
@@ -32,11 +32,10 @@ from typing import Any
 
 import orjson
 
-from .model_import import installed_file, load_beside, use_tree
+from .model_import import use_tree
 
 Record = dict[str, Any]
 ROOT = "init"
-EXPLORER_FILE = ("qlwf.model", "explore.py")  # where the explorer lives in this tree (imported where it is)
 
 
 def _digest(data: bytes) -> str:
@@ -156,7 +155,9 @@ class Explorer:
 
 
 def explore(req: Record) -> Record:
-    x = load_beside("_qlwf_diff_explorer", installed_file(*EXPLORER_FILE))
+    # The explorer is the running installation's (qlwf.conformance is never mapped); its absolute
+    # `qlwf.model` imports resolve to the mapped tree, so it explores that tree's semantics.
+    import qlwf.conformance.checkers.explore as x
     import qlwf.model.state as state_mod
     import qlwf.model.system as system
 

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from qlwf.impl.driver_protocol import PROTOCOL, package_version
 from qlwf.impl.port import SNAPSHOT_KINDS, Record, Snapshot
 from qlwf.model.errors import ERROR_CLASSES
-from qlwf.model.replay import KIND_KEYS
+from qlwf.model.records import KIND_KEYS
 
 from .exec_process import DriverFailure, DriverProcess
 

@@ -5,7 +5,7 @@ in parallel), over the same small scope: the explorer's DAG shapes of 1..K steps
 alphabets. This module compares the dumps:
 
 * tables: model/tables.py row by row (conformance/table_diff.py);
-* behaviour: over the explored identities (model/explore.py) reachable in either model, every
+* behaviour: over the explored identities (conformance/checkers/explore.py) reachable in either model, every
   (state, choice) present in both whose outcome (ok status or error class/code/reason), fired
   rules (as a set) or next state differs; choices offered in one model only; and, where both
   models reached a state through the same concrete records, the full outcome and the records
@@ -37,7 +37,7 @@ from .table_diff import RowChange, diff_tables
 from .trace import Trace, from_json, save
 
 Record = dict[str, Any]
-INITIAL_CLOCK = 1_000_000  # model/explore.py INITIAL_CLOCK: every explored path starts there
+INITIAL_CLOCK = 1_000_000  # conformance/checkers/explore.py INITIAL_CLOCK: every explored path starts there
 MAX_LISTED_STATES = 100  # per side in --json; the counts are always complete
 
 
@@ -403,7 +403,7 @@ class DiffReport:
 
 def check_shapes(opts: Options) -> None:
     """Shape names are the explorer's (the running installation's, which both dumpers use)."""
-    from qlwf.model.explore import dag_shapes, shape_name
+    from qlwf.conformance.checkers.explore import dag_shapes, shape_name
 
     known = {shape_name(s) for n in range(1, opts.max_steps + 1) for s in dag_shapes(n)}
     unknown = sorted(set(opts.shapes or ()) - known)

@@ -15,7 +15,6 @@ import importlib.util
 import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 MAPPED = ("qlwf.model", "qlwf.proofs")
 DEFAULT_DIRS = {"qlwf.model": "model", "qlwf.proofs": "proofs"}
@@ -74,29 +73,3 @@ def use_tree(root: Path, packages: tuple[str, ...] = MAPPED) -> dict[str, Path]:
         raise RuntimeError(f"already imported from elsewhere: {sorted(loaded)[:3]}")
     sys.meta_path.insert(0, _TreeFinder(dirs))
     return dirs
-
-
-def load_beside(name: str, source: Path, package: str = "qlwf.model") -> ModuleType:
-    """Load the running installation's module `source` as a member of the mapped `package`, so its
-    relative imports resolve to the mapped tree (the explorer's alphabet and abstraction are the
-    running tree's, the semantics the mapped tree's)."""
-    fullname = f"{package}.{name}"
-    spec = importlib.util.spec_from_file_location(fullname, source)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {source}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[fullname] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def installed_file(package: str, filename: str) -> Path:
-    """A file of the running installation's `package`, found without importing the package (only
-    its parent), so that `use_tree` can still map it afterwards."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"{package} is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / filename
-    if not path.is_file():
-        raise ImportError(f"{path} does not exist")
-    return path

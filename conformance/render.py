@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qlwf.conformance.checkers.replay import state_diff
 from qlwf.model.canonical import canonical_json
 from qlwf.model.invariants import check_invariants
-from qlwf.model.replay import state_diff
 from qlwf.model.state import State
 
 from .trace import Trace, model_step

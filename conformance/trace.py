@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from qlwf.model.canonical import canonical_json
+from qlwf.model.records import KIND_KEYS  # the key of every record kind (commands.md §1.3)
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
@@ -48,20 +49,6 @@ STATE_FORMS = ("changes", "snapshot")
 
 Record = dict[str, Any]
 Snapshot = dict[str, list[Record]]
-
-# The key of every record kind (commands.md §1.3).
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "admissions": ("planDigest",),
-    "admissionSteps": ("planDigest", "stepKey"),
-    "runs": ("id",),
-    "stepRuns": ("id",),
-    "mutations": ("mutationId",),
-    "events": ("runId", "sequence"),
-    "attempts": ("id",),
-    "taskReceipts": ("attemptId",),
-    "leases": ("attemptId",),
-}
-
 
 class TraceFormatError(ValueError):
     """A trace file that is not a qlwf trace of a known version."""

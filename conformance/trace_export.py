@@ -50,7 +50,7 @@ def record_for_saving(trace: Trace) -> Trace:
     """A counterexample in the self-contained form when the model can run every step, else its inputs.
 
     A model that raises on a step (the finding itself may be that crash) cannot record it; the
-    inputs alone still replay with `qlwf replay` and `qlwf.model.replay.replay_trace`."""
+    inputs alone still replay with `qlwf replay` and `qlwf.conformance.checkers.replay.replay_trace`."""
     try:
         return record(trace)
     except Exception:  # the crash is reported by the caller's own failure; keep the inputs

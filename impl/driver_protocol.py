@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Protocol
 
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FaultInjection, Record, Snapshot
 from qlwf.model.errors import QlwfError
-from qlwf.model.replay import KIND_KEYS
+from qlwf.model.records import KIND_KEYS
 
 PROTOCOL = "qlwf-backend@1"
 REQUEST_TYPES = ("hello", "reset", "apply", "snapshot", "corrupt", "close")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import tables as T
 from .admission import admission_ledger, create_admission_bundle
@@ -32,6 +34,47 @@ from .steprun import MUTATION_KEYS, mutation_digest
 from .values import INT31_MAX, is_identifier, is_portable_id
 
 TERMINAL_EVENT_TYPES = frozenset(f"workflow.{s}" for s in T.TERMINAL_RUN)
+
+
+# ------------------------------------------------------------------------------------------------
+# Incremental evaluation (the explorer; decisions Q-41)
+# A committed record is never changed in place (States are immutable values, model/state.py): a step
+# replaces the records it writes and shares every other one with the previous state. Within
+# `reusing_record_checks()` the per-record parts of the invariants (INV-6's normalizations, INV-5's
+# admission bundle, INV-8's mutation digests, INV-26's lease shape) are remembered by the identity of
+# the records they read, so a state pays only for what its step wrote. Outside it everything is evaluated in full.
+_REUSE: ContextVar[dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] | None] = ContextVar(
+    "qlwf_invariant_reuse", default=None)
+REUSE_BOUND = 250_000  # entries; past it the memo starts afresh (it pins the records it keys on)
+_V = TypeVar("_V")
+
+
+@contextmanager
+def reusing_record_checks(enabled: bool = True) -> Iterator[None]:
+    """Within: per-record invariant parts are reused for records seen before (same object); with
+    enabled=False, within: everything is evaluated in full. The caller vouches that no record it
+    passes is mutated in place meanwhile (the model never does)."""
+    token = _REUSE.set({} if enabled else None)
+    try:
+        yield
+    finally:
+        _REUSE.reset(token)
+
+
+def _reused(kind: str, inputs: tuple[Any, ...], compute: Callable[[], _V]) -> _V:
+    memo = _REUSE.get()
+    if memo is None:
+        return compute()
+    key = (kind, *map(id, inputs))
+    hit = memo.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
+        value: _V = hit[1]
+        return value
+    value = compute()
+    if len(memo) >= REUSE_BOUND:
+        memo.clear()
+    memo[key] = (inputs, value)  # holding the inputs keeps their ids from being reused
+    return value
 
 
 class Violation(NamedTuple):
@@ -79,6 +122,16 @@ class RunView:
     @cached_property
     def attempts(self) -> list[Record]:
         return sorted(self.state.attempts_of_run(self.run["id"]), key=lambda a: a["attempt"])
+
+    @cached_property
+    def _ledgers(self) -> dict[str, list[Record]]:
+        by: dict[str, list[Record]] = {}
+        for m in self.state.mutations.values():  # one pass; each list as State.ledger_of_step orders it
+            by.setdefault(m["stepRunId"], []).append(m)
+        return {k: sorted(v, key=lambda m: m["stepRun"]["version"]) for k, v in by.items()}
+
+    def ledger_of_step(self, step_run_id: str) -> list[Record]:
+        return self._ledgers.get(step_run_id, [])
 
     def attempts_of_step(self, step_id: str) -> list[Record]:
         return [a for a in self.attempts if a["stepRunId"] == step_id]
@@ -193,10 +246,10 @@ def inv4(view: SystemView) -> list[str]:
 def inv5(rv: RunView) -> list[str]:
     if rv.admission is None:
         return ["no unique admission"]
-    try:
-        bundle = create_admission_bundle(rv.admission["plan"])
-    except QlwfError as e:
-        return [f"stored plan does not build a bundle: {e.message}"]
+    plan = rv.admission["plan"]
+    bundle, problem = _reused("bundle", (plan,), lambda: _bundle(plan))
+    if bundle is None:
+        return [f"stored plan does not build a bundle: {problem}"]
     n = len(bundle["plan"]["steps"])
     out = []
     if list(rv.events[: n + 1]) != [bundle["admissionEvent"], *(m["event"] for m in bundle["stepMutations"])]:
@@ -204,19 +257,30 @@ def inv5(rv: RunView) -> list[str]:
     if rv.admission["receipt"] != bundle["receipt"]:
         out.append("admission receipt differs from the bundle")
     for entry in admission_ledger(bundle):
-        ledger = rv.state.ledger_of_step(entry["stepRunId"])
+        ledger = rv.ledger_of_step(entry["stepRunId"])
         if not ledger or ledger[0] != entry:
             out.append(f"first ledger entry of {entry['stepRunId']} differs")
     return out
 
 
+def _bundle(plan: Record) -> tuple[Record | None, str | None]:
+    try:
+        return create_admission_bundle(plan), None
+    except QlwfError as e:
+        return None, e.message
+
+
 # ------------------------------------------------------------------------------------------------
 # Records
-def _normalizes(fn: Callable[[Any], Record], value: Any) -> bool:
+def _normalizes_fully(fn: Callable[[Any], Record], value: Any) -> bool:
     try:
         return bool(fn(value) == value)
     except QlwfError:
         return False
+
+
+def _normalizes(fn: Callable[[Any], Record], value: Any) -> bool:
+    return _reused(fn.__name__, (value,), lambda: _normalizes_fully(fn, value))
 
 
 @invariant("INV-6", "Record validity", "ADR-0226 §3 (fail-closed records); ADR-0228 §2")
@@ -272,12 +336,17 @@ def rebuild_mutation(state: State, entry: Record, previous: Record | None, event
     return m
 
 
+def _digest_recomputes(state: State, entry: Record, previous: Record | None, event: Record) -> bool:
+    m = rebuild_mutation(state, entry, previous, event)
+    return m is not None and mutation_digest(m) == entry["mutationDigest"]
+
+
 @invariant("INV-8", "StepRun history = mutation ledger = step events", "ADR-0226 §3–§4")
 @per_run
 def inv8(rv: RunView) -> list[str]:
     out = []
     for s in rv.steps:
-        ledger = rv.state.ledger_of_step(s["id"])
+        ledger = rv.ledger_of_step(s["id"])
         versions = [m["stepRun"]["version"] for m in ledger]
         # length first: a drifted version near 2^31 must not build a 2^31-entry list
         if len(versions) != s["version"] or versions != list(range(1, len(versions) + 1)):
@@ -293,8 +362,8 @@ def inv8(rv: RunView) -> list[str]:
                     or e.get("stepRunId") != s["id"]):
                 out.append(f"StepRun {s['id']}: ledger entry {entry['mutationId']} has no matching {want} event")
             else:
-                m = rebuild_mutation(rv.state, entry, previous, e)
-                if m is None or mutation_digest(m) != entry["mutationDigest"]:
+                if not _reused("mutation", (entry, previous, e), functools.partial(_digest_recomputes, rv.state,
+                                                                                   entry, previous, e)):
                     out.append(f"StepRun {s['id']}: mutationDigest of {entry['mutationId']} does not recompute")
             previous = entry
         n_events = sum(1 for e in rv.events if e["type"].startswith("step.") and e.get("stepRunId") == s["id"])
@@ -584,7 +653,7 @@ def inv23(rv: RunView) -> list[str]:
                 out.append(f"convergence settled attempt {a['id']} that held execution authority")
     for s in rv.steps:
         if s["lastMutationId"].startswith("wcm:"):
-            ledger = rv.state.ledger_of_step(s["id"])
+            ledger = rv.ledger_of_step(s["id"])
             prev = ledger[-2]["stepRun"]["status"] if len(ledger) > 1 else None
             if prev == "running" or any(rv.reached_starting(a["id"]) for a in rv.attempts_of_step(s["id"])):
                 out.append(f"convergence terminalized StepRun {s['id']} that was executing")
@@ -644,7 +713,7 @@ def inv25(view: SystemView) -> list[str]:
 def inv26(view: SystemView) -> list[str]:
     out = []
     for aid, lease in view.state.leases.items():
-        problem = lease_problem(lease)
+        problem = _reused("lease", (lease,), functools.partial(lease_problem, lease))
         if problem:
             out.append(f"lease {aid}: {problem}")
         elif not T.LEASE_DURATION_MIN_MS <= lease["expiresAtMs"] - lease["renewedAtMs"] <= T.LEASE_DURATION_MAX_MS:
@@ -740,7 +809,7 @@ def _expected_step_codes(rv: RunView, s: Record) -> tuple[str | None, str | None
         return T.FRONTIER_SKIP_RESULT_CODE, None
     if mid.startswith("wcm:"):
         timeout = bool(rv.run.get("cancelReason") == "timeout")
-        ledger = rv.state.ledger_of_step(s["id"])
+        ledger = rv.ledger_of_step(s["id"])
         prev = ledger[-2]["stepRun"]["status"] if len(ledger) > 1 else None
         d = T.CANCEL_STEP_TABLE.get((prev, timeout)) if prev is not None else None
         return (d.result_code, d.error_summary) if d and d.action == "mutate" else None

@@ -44,6 +44,14 @@ from .values import (
 
 Record = dict[str, Any]
 
+# The key of every record kind of a state snapshot (commands.md §1.3): record vocabulary shared by
+# the trace format, the replay diff and the storage drivers.
+KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "admissions": ("planDigest",), "admissionSteps": ("planDigest", "stepKey"), "runs": ("id",), "stepRuns": ("id",),
+    "mutations": ("mutationId",), "events": ("runId", "sequence"), "attempts": ("id",),
+    "taskReceipts": ("attemptId",), "leases": ("attemptId",),
+}
+
 
 PLAN_FAIL = InvalidRaiser(T.FAMILIES["plan"].invalid or "", "plan_invalid")
 STEP_FAIL = InvalidRaiser(T.FAMILIES["step_run"].invalid or "", "step_run_invalid")

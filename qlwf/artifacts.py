@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlwf.checks import load_script
+from qlwf.checks import EXPLORER_QUICK_K, load_script
 
 Texts = dict[str, str]  # repository-relative path -> file text
 EXPLORER_MANIFEST = "model/explore_manifest.json"
-EXPLORER_MAX_STEPS = 3
+EXPLORER_MAX_STEPS = 4
+EXPLORER_TESTED_STEPS = 3  # the test suite explores K <= 3; the 4-step shapes are checked by the full gate profile
 EXPLORER_ABOUT = (
-    "Expected counts of the exhaustive explorer (model/explore.py, `qlwf explore`): per DAG shape and in total "
-    "for K = 1..3. tests/test_explore.py and tests/test_artifacts.py fail when a count changes; after an intended "
-    "change of the model or of the abstraction, run `qlwf regenerate` and review the difference.")
+    "Expected counts of the exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): per DAG shape "
+    f"and in total for K = 1..{EXPLORER_MAX_STEPS}. tests/test_explore.py and tests/test_artifacts.py fail when a "
+    f"count of K <= {EXPLORER_TESTED_STEPS} changes, the gate's explorer check (`qlwf check`: K = {EXPLORER_QUICK_K} "
+    f"quick, K = {EXPLORER_MAX_STEPS} full) when one of its K changes; after an intended change of the model or of "
+    "the abstraction, run `qlwf regenerate` and review the difference.")
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,25 @@ def _corpus(_root: Path) -> Texts:
     return {f"conformance/corpus/{name}": text for name, text in build_corpus.build().items()}
 
 
-def explorer_manifest_text(report: Any) -> str:
-    """The manifest file for an exploration up to EXPLORER_MAX_STEPS steps."""
-    from qlwf.model.explore import manifest_counts
+def explorer_manifest_text(report: Any, pinned: dict[str, Any] | None = None) -> str:
+    """The manifest file for an exploration up to EXPLORER_MAX_STEPS steps. A report of fewer steps
+    (the test suite's) is completed with the larger shapes' counts from `pinned` (the manifest in the
+    tree): its own shapes and every total are still rebuilt, so a changed count of K <= report.max_steps
+    shows in every total it enters."""
+    from qlwf.conformance.checkers.explore import counts_of_shapes, manifest_counts, shape_size
 
-    return json.dumps({"about": EXPLORER_ABOUT, **manifest_counts(report)}, indent=2) + "\n"
+    shapes = manifest_counts(report)["shapes"]
+    if report.max_steps < EXPLORER_MAX_STEPS and pinned is not None:
+        shapes |= {name: c for name, c in pinned.get("shapes", {}).items()
+                   if report.max_steps < shape_size(name) <= EXPLORER_MAX_STEPS}
+    counts = counts_of_shapes(shapes, EXPLORER_MAX_STEPS if pinned is not None else report.max_steps)
+    return json.dumps({"about": EXPLORER_ABOUT, **counts}, indent=2) + "\n"
 
 
-def _explorer(_root: Path, report: Any = None) -> Texts:
+def _explorer(root: Path, report: Any = None) -> Texts:
     import os
 
-    from qlwf.model.explore import Config, explore
+    from qlwf.conformance.checkers.explore import Config, explore
 
     if report is None:
         report = explore(Config(max_steps=EXPLORER_MAX_STEPS), jobs=min(4, os.cpu_count() or 1))
@@ -67,7 +78,11 @@ def _explorer(_root: Path, report: Any = None) -> Texts:
         first = report.findings[0]
         raise RuntimeError(f"the explorer found {len(report.findings)} violation(s) (first: {first.shape} "
                            f"{first.kind}: {first.message}); no manifest is written for a failing model")
-    return {EXPLORER_MANIFEST: explorer_manifest_text(report)}
+    pinned = None
+    if report.max_steps < EXPLORER_MAX_STEPS:
+        path = root / EXPLORER_MANIFEST
+        pinned = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return {EXPLORER_MANIFEST: explorer_manifest_text(report, pinned)}
 
 
 def _glob(pattern: str) -> Callable[[Path], list[str]]:

@@ -6,6 +6,7 @@ The evidence floors per check and profile are data: model/gate_evidence.json.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -220,17 +221,24 @@ def proofs(opts: dict[str, Any]) -> Evidence:
                     {"properties_proved": len(results) - len(bad), "bound": bound}, problems, gaps)
 
 
+EXPLORER_QUICK_K = 3
+EXPLORER_JOBS = 2  # the report does not depend on it (explore() orders shapes as one process would)
+
+
 def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     """Exhaustive exploration of every DAG shape up to K steps matches the pinned manifest."""
-    from qlwf.model.explore import Config, explore, manifest_counts
-
-    k = 2 if opts.get("quick") else 3
-    report = explore(Config(max_steps=k, stop_on_violation=True))  # one finding fails the check
-    counts = manifest_counts(report)["totals"][str(k)]
     from importlib import resources
 
+    from qlwf.conformance.checkers.explore import Config, explore, manifest_counts
+
     manifest = resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8")
-    pinned = json.loads(manifest)["totals"][str(k)]
+    totals = json.loads(manifest)["totals"]
+    # quick: K=3 (incremental invariants on both cores; K=2 before issue 15); full: the manifest's largest K
+    k = EXPLORER_QUICK_K if opts.get("quick") else max(int(n) for n in totals)
+    jobs = min(EXPLORER_JOBS, os.cpu_count() or 1)
+    report = explore(Config(max_steps=k, stop_on_violation=True), jobs=jobs)  # one finding fails the check
+    counts = manifest_counts(report)["totals"][str(k)]
+    pinned = totals[str(k)]
     problems = []
     if report.findings:
         from qlwf.cmd_explore import write_counterexamples

@@ -1,4 +1,4 @@
-"""`qlwf explore`: exhaustive small-scope exploration of the model (model/explore.py)."""
+"""`qlwf explore`: exhaustive small-scope exploration of the model (conformance/checkers/explore.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf.conformance.checkers.explore import (
+    FULL,
+    Alphabet,
+    Config,
+    ExploreReport,
+    Finding,
+    ShapeReport,
+    default_alphabet,
+    explore,
+)
 from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, save
 from qlwf.conformance.trace_export import record_for_saving
-from qlwf.model.explore import FULL, Alphabet, Config, ExploreReport, Finding, ShapeReport, default_alphabet, explore
 
 DEFAULT_TRACE_DIR = "reports/counterexamples"
 
@@ -30,7 +39,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--full", action="store_true",
                    help="give every shape the full alphabet (two attempts and lease generations, deadlines, renew); "
                         "much larger, for deep campaigns — the manifest pins the default alphabets")
-    p.add_argument("--jobs", type=_positive, default=1, metavar="J", help="explore shapes in J processes")
+    p.add_argument("--jobs", type=_positive, default=min(2, os.cpu_count() or 1), metavar="J",
+                   help="explore shapes in J processes (default: 2 where there are two cores; the report is the same)")
     p.set_defaults(func=run)
 
 

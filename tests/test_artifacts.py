@@ -7,6 +7,7 @@ every transition; a violation fails the build of the manifest.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -20,11 +21,29 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_every_generated_artifact_is_current() -> None:
-    report, _ = explored(artifacts.EXPLORER_MAX_STEPS)
+    # K <= 3 here; the manifest's 4-step shapes enter the rebuilt totals as pinned (the full gate explores them)
+    report, _ = explored(artifacts.EXPLORER_TESTED_STEPS)
     built = artifacts.build(REPO, explorer_report=report)
     assert set(built) == set(artifacts.NAMES)
     stale = artifacts.stale(REPO, built)
     assert not stale, f"run `qlwf regenerate`: stale {stale}"
+
+
+def test_a_partial_exploration_rebuilds_its_own_counts_and_every_total() -> None:
+    """The test suite explores K <= 3: the manifest's larger shapes are taken as pinned, but the totals
+    are all rebuilt, so a changed small count shows in every total it enters (K = 3 and K = 4)."""
+    from qlwf.conformance.checkers.explore import ExploreReport, ShapeReport, shape_size
+
+    text = (REPO / artifacts.EXPLORER_MANIFEST).read_text(encoding="utf-8")
+    pinned = json.loads(text)
+    assert max(int(k) for k in pinned["totals"]) == artifacts.EXPLORER_MAX_STEPS > artifacts.EXPLORER_TESTED_STEPS
+    small = [ShapeReport(name, **c) for name, c in pinned["shapes"].items()
+             if shape_size(name) <= artifacts.EXPLORER_TESTED_STEPS]
+    report = ExploreReport(artifacts.EXPLORER_TESTED_STEPS, small, 1.0)
+    assert artifacts.explorer_manifest_text(report, pinned) == text
+    small[-1].transitions += 1
+    changed = json.loads(artifacts.explorer_manifest_text(report, pinned))
+    assert [k for k in changed["totals"] if changed["totals"][k] != pinned["totals"][k]] == ["3", "4"]
 
 
 def test_every_generated_file_is_owned_by_an_artifact() -> None:

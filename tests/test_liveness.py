@@ -1,12 +1,12 @@
-"""The LIVE-1 drain procedure (model/liveness.py, state-machines.md §10)."""
+"""The LIVE-1 drain procedure (conformance/checkers/liveness.py, state-machines.md §10)."""
 
 from __future__ import annotations
 
 import pytest
+from qlwf.conformance.checkers.explore import build_plan
+from qlwf.conformance.checkers.liveness import drain, lease_horizon, page_sweep, sweep_problems
 from qlwf.model import tables as T
-from qlwf.model.explore import build_plan
 from qlwf.model.invariants import check_invariants, consistent_binding
-from qlwf.model.liveness import drain, lease_horizon, page_sweep, sweep_problems
 from qlwf.model.records import Record
 from qlwf.model.system import WorkflowSystem
 

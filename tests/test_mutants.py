@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase
+from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
 from qlwf.conformance.mutants.manifest import problems
 from qlwf.conformance.stateful.postconditions import transition_problems
-from qlwf.model.explore import Config, dag_shapes, explore
+from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's
 # witness sits in a small, specific situation.
@@ -26,7 +27,15 @@ MODEL = by_check("explorer", "stateful")
 
 
 def explorer_report(max_steps: int = 3) -> tuple[str, str] | None:
-    report = explore(Config(max_steps=max_steps, stop_on_violation=True, shapes=SHAPES), checker=transition_problems)
+    runs = [explore(Config(max_steps=max_steps, stop_on_violation=True, shapes=SHAPES, incremental=incremental),
+                    checker=transition_problems) for incremental in (True, False)]
+    # the incremental invariant evaluation (the default) finds exactly what the full evaluation finds,
+    # with the same traces, over the same shapes and counts
+    report, full = runs
+    assert [(f.shape, f.kind, f.message, f.trace_steps) for f in report.findings] == \
+        [(f.shape, f.kind, f.message, f.trace_steps) for f in full.findings]
+    assert [(s.shape, s.distinct_states, s.transitions) for s in report.shapes] == \
+        [(s.shape, s.distinct_states, s.transitions) for s in full.shapes]
     if not report.findings:
         return None
     f = report.findings[0]

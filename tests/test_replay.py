@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase
+from qlwf.conformance.checkers.explore import Config, build_plan, dag_shapes, explore
+from qlwf.conformance.checkers.replay import ReplayError, replay_trace, state_diff
 from qlwf.conformance.mutants import Mutant, by_name
 from qlwf.conformance.protocol_schema import document_problems
 from qlwf.conformance.trace import Trace, advance, command, load
-from qlwf.model.explore import Config, build_plan, dag_shapes, explore
 from qlwf.model.invariants import consistent_binding
-from qlwf.model.replay import ReplayError, replay_trace, state_diff
 
 from qlwf import cmd_explore
 

@@ -3,7 +3,7 @@
 The machine itself (qlwf.conformance.stateful.machine, importable by `qlwf campaign`) drives several
 workflows at once through every command of commands.md §3; INV-1..31 are checked after every step,
 every command against the table-shaped postconditions of qlwf.conformance.stateful.postconditions,
-and at teardown the LIVE-1 drain (model/liveness.py) must terminalize every cancelling Run within
+and at teardown the LIVE-1 drain (conformance/checkers/liveness.py) must terminalize every cancelling Run within
 the bound and quiesce every other one. A failing (shrunk) behaviour is written as a self-contained
 qlwf-trace@1 file to $QLWF_TRACE_DIR (default reports/counterexamples/).
 """

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance import drift_mirror
+from qlwf.conformance.checkers.replay import replay_trace
 from qlwf.conformance.generators import generate
 from qlwf.conformance.lockstep import run_lockstep
 from qlwf.conformance.model_port import ModelPort
@@ -22,7 +23,6 @@ from qlwf.conformance.runner import CORPUS_DIR
 from qlwf.conformance.trace import KIND_KEYS, TraceFormatError, from_json, load, record
 from qlwf.conformance.trace_check import check_document, check_file, claimed_state
 from qlwf.impl.port import COMMAND_NAMES
-from qlwf.model.replay import replay_trace
 
 from qlwf import cli
 

@@ -6,11 +6,11 @@ steps and workers that stop acting. Calls that must be refused (wrong status, st
 worker, cancel intent, malformed input) are made on purpose and must return the typed error and
 leave the State equal to what it was. INV-1..31 are checked after every step, every command is
 checked against the table-shaped postconditions of postconditions.py, and at teardown the
-LIVE-1 drain (model/liveness.py) must terminalize every cancelling Run within the bound and quiesce
+LIVE-1 drain (conformance/checkers/liveness.py) must terminalize every cancelling Run within the bound and quiesce
 every other one. A failing (shrunk) behaviour is written as a self-contained qlwf-trace@1 file
 (docs/traces.md: every step's outcome and state recorded through the model; the inputs alone if
 the model crashes on a step) to $QLWF_TRACE_DIR (default reports/counterexamples/); it replays
-with `qlwf replay`, `qlwf traces check` and `qlwf.model.replay.replay_trace`.
+with `qlwf replay`, `qlwf traces check` and `qlwf.conformance.checkers.replay.replay_trace`.
 
 The machine lives here rather than under tests/ so that `qlwf campaign` runs it too (seeded shards,
 qlwf/campaign/); tests/test_stateful.py runs it under the suite's Hypothesis profiles.
@@ -34,9 +34,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from qlwf.model import tables as T
-from qlwf.model.explore import build_plan
+from qlwf.conformance.checkers.explore import build_plan
 from qlwf.model.invariants import check_invariants
-from qlwf.model.liveness import cancelling_runs, drain, sweep_problems
+from qlwf.conformance.checkers.liveness import cancelling_runs, drain, sweep_problems
 from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply

@@ -1,7 +1,7 @@
 """Hypothesis strategies for workflow plans (records.md §3 harness alphabet, §6.1 plans).
 
 A plan is described by its dependency map {stepKey: needs}; `signed_plan` turns it into a signed,
-normalized plan with `qlwf.model.records.sign_plan` (through `qlwf.model.explore.build_plan`).
+normalized plan with `qlwf.model.records.sign_plan` (through `qlwf.conformance.checkers.explore.build_plan`).
 Shapes: chains, diamonds, fan-out/fan-in, arbitrary DAGs of 1..8 steps, and now and then a large
 DAG of up to 128 steps (MAX_WORKFLOW_STEPS).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 
 from hypothesis import strategies as st
+from qlwf.conformance.checkers.explore import build_plan
 from qlwf.model import tables as T
-from qlwf.model.explore import build_plan
 from qlwf.model.records import Record
 
 Needs = dict[str, tuple[str, ...]]

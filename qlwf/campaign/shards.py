@@ -21,7 +21,7 @@ from typing import Any
 
 KINDS = ("stateful", "conform-sqlite", "conform-postgres", "oracle", "explore")
 # The explorer's one import site here (it may move to another package; only this name changes then).
-EXPLORER = "qlwf.model.explore"
+EXPLORER = "qlwf.conformance.checkers.explore"
 
 
 def explorer() -> Any:

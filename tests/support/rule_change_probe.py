@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from qlwf.conformance import runner
-from qlwf.model import explore as E
+from qlwf.conformance.checkers import explore as E
 from qlwf.model import tables as T
 from qlwf.model.oracle import consult
 from qlwf.proofs import crosscheck

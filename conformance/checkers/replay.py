@@ -4,7 +4,7 @@
 `qlwf-trace`, version 1, initialClock, steps of `advance_time` and `command`) and prints, for every
 step, the command and its outcome (result status or typed error), the rule-table rows that fired,
 the record-level state diff, and every invariant the new state violates. It finally runs the LIVE-1
-drain (model/liveness.py) on the last state. Pure model: recorded expectations on the steps are
+drain (conformance/checkers/liveness.py) on the last state. Pure model: recorded expectations on the steps are
 ignored here (the conformance runner compares them), and fault-injection steps are refused.
 """
 
@@ -14,22 +14,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .invariants import Violation, check_invariants
+from qlwf.model.invariants import Violation, check_invariants
+from qlwf.model.records import KIND_KEYS, Record
+from qlwf.model.state import State
+from qlwf.model.system import advance_time, apply
+
 from .liveness import DrainReport, drain
-from .records import Record
-from .state import State
-from .system import advance_time, apply
 
 TRACE_FORMAT = "qlwf-trace"
 TRACE_VERSION = 1
 Snapshot = dict[str, list[Record]]
-
-# The key of every record kind (commands.md §1.3).
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "admissions": ("planDigest",), "admissionSteps": ("planDigest", "stepKey"), "runs": ("id",), "stepRuns": ("id",),
-    "mutations": ("mutationId",), "events": ("runId", "sequence"), "attempts": ("id",),
-    "taskReceipts": ("attemptId",), "leases": ("attemptId",),
-}
 
 
 class ReplayError(ValueError):

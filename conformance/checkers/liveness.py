@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import tables as T
-from .invariants import Violation, check_invariants
-from .records import Record
-from .state import State
-from .system import advance_time, apply, frontier_candidate_rows
+from qlwf.model import tables as T
+from qlwf.model.invariants import Violation, check_invariants
+from qlwf.model.records import Record
+from qlwf.model.state import State
+from qlwf.model.system import advance_time, apply, frontier_candidate_rows
 
 TraceStep = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 For every DAG shape with 1..K steps (isomorphic DAGs explored once, through a canonical form) a
 breadth-first search admits one workflow and applies every choice that matters to every reachable
-state, checking INV-1..31 and LIVE-1 (the drain of model/liveness.py) on every explored state.
+state, checking INV-1..31 and LIVE-1 (the drain of conformance/checkers/liveness.py) on every explored state.
 
 State identity (the abstraction that makes the space finite)
 -------------------------------------------------------------
@@ -54,6 +54,7 @@ step, no deadlines, no renew).
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import time
 from collections import Counter, deque
@@ -61,12 +62,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import tables as T
-from .invariants import check_invariants, consistent_binding
+from qlwf.model import tables as T
+from qlwf.model.invariants import Violation, check_invariants, consistent_binding, reusing_record_checks
+from qlwf.model.records import Record, sign_plan, task_definition_ref
+from qlwf.model.state import State
+from qlwf.model.system import advance_time, apply
+
 from .liveness import drain
-from .records import Record, sign_plan, task_definition_ref
-from .state import State
-from .system import advance_time, apply
 
 Edge = tuple[int, int]
 Shape = tuple[int, tuple[Edge, ...]]  # (number of steps, canonical need -> dependent edges)
@@ -167,6 +169,11 @@ class Config:
     shapes: tuple[Shape, ...] | None = None  # explore exactly these (default: every shape of 1..max_steps)
     lease_ms: int = LEASE_MS
     timeout_ms: int = TIMEOUT_MS
+    # Evaluate the invariants incrementally: per-record parts are reused for the records a step left
+    # untouched (model/invariants.py `reusing_record_checks`); False evaluates every state in full.
+    incremental: bool = True
+    # Also evaluate every checked state in full and report a disagreement as an `incremental` finding.
+    cross_check: bool = False
 
 
 def _timers(state: State) -> tuple[list[int], list[int]]:
@@ -359,7 +366,7 @@ def take(state: State, action: Action) -> tuple[State, Any]:
 @dataclass
 class Finding:
     shape: str
-    kind: str  # "invariant" | "LIVE-1" | "no-write" | "postcondition"
+    kind: str  # "invariant" | "LIVE-1" | "no-write" | "postcondition" | "incremental"
     message: str
     trace_steps: list[TraceStep]
 
@@ -377,6 +384,7 @@ class ShapeReport:
     refusals: int = 0
     checked_variants: int = 0  # detailed variants of explored states, invariant-checked but not expanded
     depth: int = 0
+    cross_checked: int = 0  # states whose incremental evaluation was compared with a full one (Config.cross_check)
     findings: list[Finding] = field(default_factory=list)
     rules: set[str] = field(default_factory=set)
     observed: set[str] = field(default_factory=set)
@@ -409,6 +417,10 @@ class ExploreReport:
         return max((s.depth for s in self.shapes), default=0)
 
     @property
+    def cross_checked(self) -> int:
+        return sum(s.cross_checked for s in self.shapes)
+
+    @property
     def findings(self) -> list[Finding]:
         return [f for s in self.shapes for f in s.findings]
 
@@ -438,9 +450,14 @@ def shape_size(name: str) -> int:
 
 def manifest_counts(report: ExploreReport) -> dict[str, Any]:
     """Per-shape counts, and the totals for every K up to report.max_steps (model/explore_manifest.json)."""
-    shapes = {r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes}
+    return counts_of_shapes({r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes},
+                            report.max_steps)
+
+
+def counts_of_shapes(shapes: dict[str, dict[str, int]], max_steps: int) -> dict[str, Any]:
+    """The manifest's totals for K = 1..max_steps over per-shape counts, with the shapes."""
     totals = {}
-    for k in range(1, report.max_steps + 1):
+    for k in range(1, max_steps + 1):
         rows = [c for name, c in shapes.items() if shape_size(name) <= k]
         totals[str(k)] = {key: (max if key == "depth" else sum)(c[key] for c in rows) for key in COUNT_KEYS}
         totals[str(k)]["shapes"] = len(rows)
@@ -457,8 +474,24 @@ def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[Tr
     return steps[::-1]
 
 
-def _check_state(state: State, cfg: Config) -> list[tuple[str, str, list[TraceStep]]]:
-    found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in check_invariants(state)]
+def _invariants(state: State, cfg: Config, report: ShapeReport) -> tuple[list[Violation], str | None]:
+    """The violations of `state` and, under cfg.cross_check, how the full evaluation disagrees."""
+    found = check_invariants(state)
+    if not cfg.cross_check:
+        return found, None
+    with reusing_record_checks(False):
+        full = check_invariants(state)
+    report.cross_checked += 1
+    if full == found:
+        return found, None
+    return found, f"incremental evaluation {[str(v) for v in found]} != full {[str(v) for v in full]}"
+
+
+def _check_state(state: State, cfg: Config, report: ShapeReport) -> list[tuple[str, str, list[TraceStep]]]:
+    violations, disagreement = _invariants(state, cfg, report)
+    found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in violations]
+    if disagreement is not None:
+        found.append(("incremental", disagreement, []))
     if cfg.check_liveness:
         report = drain(state)
         if not report.ok:
@@ -477,6 +510,11 @@ Checker = Callable[[State, TraceStep, Any], list[str]]
 def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
                   checker: Checker | None = None) -> ShapeReport:
     """Breadth-first search over every reachable explored state of one shape."""
+    with reusing_record_checks(cfg.incremental):  # the explorer never mutates a record it holds
+        return _explore_shape(shape, cfg, observer, checker)
+
+
+def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker: Checker | None) -> ShapeReport:
     report = ShapeReport(shape_name(shape))
     alphabet = cfg.alphabet(shape[0])
     plan = build_plan(RUN_ID, PLAN_ID, shape_needs(shape), INITIAL_CLOCK)
@@ -502,7 +540,7 @@ def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
         state, key, depth = queue.popleft()
         report.distinct_states += 1
         report.depth = max(report.depth, depth)
-        for kind, message, extra in _check_state(state, cfg):
+        for kind, message, extra in _check_state(state, cfg, report):
             report.findings.append(Finding(report.shape, kind, message, _path(parents, key) + extra))
         if report.findings and cfg.stop_on_violation:
             return report
@@ -534,40 +572,76 @@ def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
                 queue.append((new, new_key, depth + 1))
             elif detail not in checked:  # merged into an explored state: its own details are still checked
                 report.checked_variants += 1
-                report.findings += [Finding(report.shape, "invariant", str(v), [*_path(parents, key), action.step])
-                                    for v in check_invariants(new)]
+                violations, disagreement = _invariants(new, cfg, report)
+                path = [*_path(parents, key), action.step]
+                report.findings += [Finding(report.shape, "invariant", str(v), path) for v in violations]
+                if disagreement is not None:
+                    report.findings.append(Finding(report.shape, "incremental", disagreement, path))
             checked.add(detail)
             if report.findings and cfg.stop_on_violation:
                 return report
     return report
 
 
-def _explore_one(job: tuple[Shape, Config, Observer | None, Checker | None]) -> ShapeReport:
-    return explore_shape(*job)
+def _explore_one(job: tuple[int, Shape, Config, Observer | None, Checker | None]) -> tuple[int, ShapeReport]:
+    index, shape, cfg, observer, checker = job
+    return index, explore_shape(shape, cfg, observer, checker)
+
+
+def _pinned_transitions() -> dict[str, int]:
+    """Per shape, the transitions the manifest pins (only to hand out the largest shapes first)."""
+    from importlib import resources
+    try:
+        text = resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8")
+        return {name: int(c["transitions"]) for name, c in json.loads(text)["shapes"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def dispatch_order(shapes: list[Shape]) -> list[int]:
+    """Indexes of `shapes`, largest expected work first, so that two workers finish together: the
+    manifest's transitions where it pins the shape, else more steps and fewer edges first."""
+    pinned = _pinned_transitions()
+    return sorted(range(len(shapes)), key=lambda i: (-pinned.get(shape_name(shapes[i]), 1 << 40),
+                                                     -shapes[i][0], len(shapes[i][1]), i))
 
 
 def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
             observer: Observer | None = None, jobs: int = 1, checker: Checker | None = None) -> ExploreReport:
-    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), in `jobs` forked processes."""
+    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), in `jobs` forked processes.
+
+    The report lists the shapes in their order whatever the number of jobs; under stop_on_violation
+    it ends with the first shape (in that order) that has a finding, as a single process would."""
     start = time.perf_counter()
-    todo = cfg.shapes if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1) for s in dag_shapes(n)]
-    shapes: list[ShapeReport] = []
-    work = [(shape, cfg, observer, checker) for shape in todo]
-    if jobs > 1 and len(work) > 1:
+    todo = list(cfg.shapes) if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1)
+                                                            for s in dag_shapes(n)]
+    done: dict[int, ShapeReport] = {}
+
+    def first_failing() -> int | None:
+        return min((i for i, r in done.items() if r.findings), default=None) if cfg.stop_on_violation else None
+
+    def settled() -> bool:  # every shape before the first failing one is in: nothing later can matter
+        stop = first_failing()
+        return stop is not None and all(i in done for i in range(stop))
+
+    if jobs > 1 and len(todo) > 1:
+        work = [(i, todo[i], cfg, observer, checker) for i in dispatch_order(todo)]
         with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
-            for r in pool.imap(_explore_one, work):
-                shapes.append(r)
+            for i, r in pool.imap_unordered(_explore_one, work):
+                done[i] = r
                 if progress is not None:
                     progress(r)
-                if r.findings and cfg.stop_on_violation:
+                if settled():
                     pool.terminate()
                     break
     else:
-        for job in work:
-            r = _explore_one(job)
-            shapes.append(r)
+        for i, shape in enumerate(todo):
+            done[i] = _explore_one((i, shape, cfg, observer, checker))[1]
             if progress is not None:
-                progress(r)
-            if r.findings and cfg.stop_on_violation:
+                progress(done[i])
+            if settled():
                 break
+    stop = first_failing()
+    last = len(todo) - 1 if stop is None else stop
+    shapes = [done[i] for i in range(last + 1) if i in done]
     return ExploreReport(cfg.max_steps, shapes, time.perf_counter() - start)
