@@ -16,7 +16,6 @@ from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
 from qlwf.conformance.mutants.manifest import problems
 from qlwf.conformance.stateful.postconditions import transition_problems
-from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's
 # witness sits in a small, specific situation.

@@ -33,10 +33,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from qlwf.model import tables as T
 from qlwf.conformance.checkers.explore import build_plan
-from qlwf.model.invariants import check_invariants
 from qlwf.conformance.checkers.liveness import cancelling_runs, drain, sweep_problems
+from qlwf.model import tables as T
+from qlwf.model.invariants import check_invariants
 from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply

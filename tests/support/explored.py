@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from qlwf.conformance.checkers.explore import Config, ExploreReport, explore
 from qlwf.conformance.stateful.coverage import witnesses
 from qlwf.conformance.stateful.postconditions import transition_problems
-from qlwf.conformance.checkers.explore import Config, ExploreReport, explore
 from qlwf.model.state import State
 
 MANIFEST = Path(__file__).resolve().parents[2] / "model" / "explore_manifest.json"
