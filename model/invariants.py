@@ -50,11 +50,12 @@ _V = TypeVar("_V")
 
 
 @contextmanager
-def reusing_record_checks(enabled: bool = True) -> Iterator[None]:
+def reusing_record_checks(enabled: bool = True, memo: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within: per-record invariant parts are reused for records seen before (same object); with
-    enabled=False, within: everything is evaluated in full. The caller vouches that no record it
+    enabled=False, within: everything is evaluated in full. `memo` carries the reuse across scopes
+    (a caller checking one evolving state step by step). The caller vouches that no record it
     passes is mutated in place meanwhile (the model never does)."""
-    token = _REUSE.set({} if enabled else None)
+    token = _REUSE.set((memo if memo is not None else {}) if enabled else None)
     try:
         yield
     finally:
