@@ -14,11 +14,14 @@ reported with the step, both outcomes, a record-level snapshot diff and the mode
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
+import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,6 +183,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     prefetch = getattr(port, "prefetch", None)
     readback = ReadBack(port, full_every)
     clean_at: int | None = None  # the clock of the last clean invariant evaluation, while nothing changed since
+    reuse = _record_check_reuse()
     for i, step in enumerate(trace.steps):
         result.steps = i + 1
         last = i == len(trace.steps) - 1
@@ -234,7 +238,9 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         if invariants is not None and (invariants_every_step or last):
             # the same snapshot objects (nothing written, nothing re-read) at the same clock: same verdict
             unchanged = fresh is not None and not fresh and clean_at == done.state.clock
-            violations = [] if unchanged else _backend_only_violations(invariants, backend_snapshot, done.state)
+            with reuse():
+                violations = [] if unchanged else _backend_only_violations(invariants, backend_snapshot,
+                                                                           done.state)
             clean_at = None if violations else done.state.clock
             result.invariant_checks += 1
             if violations:
@@ -251,6 +257,18 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         result.check_seconds += time.perf_counter() - t2
         state = done.state
     return result
+
+
+def _record_check_reuse() -> Callable[[], AbstractContextManager[None]]:
+    """A scope, entered around each invariant evaluation of one trace, in which the invariants reuse
+    their per-record parts for records seen before (the read-back of a kind a step did not write,
+    and the model's own records, are the same objects); a plain scope if the module lacks it."""
+    module = sys.modules.get("qlwf.model.invariants")
+    scope = getattr(module, "reusing_record_checks", None)
+    if scope is None:
+        return contextlib.nullcontext
+    memo: dict[Any, Any] = {}
+    return lambda: scope(memo=memo)
 
 
 def _backend_only_violations(check: InvariantCheck, snapshot: dict[str, list[Record]], model: State) -> list[str]:
