@@ -289,3 +289,36 @@ def test_a_null_patch_on_a_step_run_keeps_the_key_as_null_in_its_json_mirror(por
     stored = json.loads(text)
     assert "readyAtMs" in stored and stored["readyAtMs"] is None
     assert stored == next(s for s in port.snapshot()["stepRuns"] if s["id"] == "run-1:a")
+
+
+# ---- the convergence page (commands.md §4.18) ----------------------------------------------------
+def test_a_storage_error_in_the_pages_has_more_query_is_unavailable(port: SqliteAdapter,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from qlwf.impl.sqlite import queries
+
+    def broken(conn: sqlite3.Connection) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    admit(port)
+    port.execute("request_cancel", {"runId": "run-1", "reason": "user", "actor": {"type": "user"}}, now=T0 + 1)
+    monkeypatch.setattr(queries, "any_cancellation_candidate", broken)
+    err = error_of(port, "converge_cancellation_page", {"limit": 5}, now=T0 + 2)
+    assert (err["class"], err["reason"]) == ("Unavailable", "storage_error")
+
+
+# ---- the PostgreSQL concurrency host's connection budget (no server needed) --------------------
+def test_the_postgres_concurrency_host_counts_one_connection_for_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K pooled connections plus the harness's own must fit the server's headroom."""
+    from qlwf.conformance import outage
+    from qlwf.impl.postgres.conformance import PostgresConcurrencyHost
+
+    class Server:
+        def dsn(self) -> str:
+            return "host=unused"
+
+    monkeypatch.setattr(outage, "connection_headroom", lambda dsn: outage.Headroom(13, 3, 2))  # 8 available
+    host = PostgresConcurrencyHost(Server())  # type: ignore[arg-type]
+    assert host.capacity_problem(7) is None
+    assert "needs 9 connections" in (host.capacity_problem(8) or "")
