@@ -1,0 +1,68 @@
+"""PostgreSQL behaviours no other test checked, found by the mutation run's survivors
+(docs/mutation-survivors.md): through the command port of a PostgresAdapter on the shared test server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from qlwf.conformance import plans
+from qlwf.impl.port import FixedClock
+from qlwf.impl.postgres.adapter import PostgresAdapter
+from qlwf.impl.postgres.conformance import PostgresBackend
+from qlwf.impl.postgres.server import PgServer
+from qlwf.impl.postgres.store import PgStore
+from qlwf.model.errors import QlwfError
+
+pytestmark = pytest.mark.postgres
+
+T0 = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def backend(pg_server: PgServer) -> Iterator[PostgresBackend]:
+    factory = PostgresBackend()
+    yield factory
+    factory.shutdown()
+
+
+@pytest.fixture
+def port(backend: PostgresBackend) -> Iterator[PostgresAdapter]:
+    backend.database.reset()
+    p = PostgresAdapter(backend.database, FixedClock())
+    try:
+        yield p
+    finally:
+        p.close()  # the database (and its pool) belongs to the backend
+
+
+def test_a_clock_below_the_runs_last_event_fails_closed(port: PostgresAdapter) -> None:
+    """S-14 on PostgreSQL: the Run's last event time is a floor of the observation time."""
+    plan = plans.make_plan("run-1", "plan-1", {"a": [], "b": ["a"]}, T0)
+    port.execute("admit_workflow", {"plan": plan}, now=T0)
+    port.execute("request_cancel", {"runId": "run-1", "reason": "user", "actor": {"type": "user"}}, now=T0 + 100)
+    before = port.snapshot()
+    with pytest.raises(QlwfError) as err:
+        port.execute("converge_cancellation", {"runId": "run-1"}, now=T0 + 50)
+    assert (err.value.error_class, err.value.reason) == ("Invalid", "clock_regression")
+    assert port.snapshot() == before
+
+
+def test_a_storage_error_names_its_sqlstate(backend: PostgresBackend) -> None:
+    """storage.md §6.2: a non-constraint error is Unavailable storage_error; the message carries the SQLSTATE
+    (the operator's only handle on what the server said), not just a Python class name."""
+    class DiskFullStore(PgStore):
+        def insert_event(self, event: dict[str, Any]) -> None:
+            raise psycopg.errors.DiskFull("could not extend file")
+
+    backend.database.reset()
+    port = PostgresAdapter(backend.database, FixedClock(), store_factory=DiskFullStore)
+    try:
+        with pytest.raises(QlwfError) as err:
+            port.execute("admit_workflow", {"plan": plans.make_plan("run-1", "plan-1", {"a": []}, T0)}, now=T0)
+    finally:
+        port.close()
+    assert (err.value.error_class, err.value.reason) == ("Unavailable", "storage_error")
+    assert "SQLSTATE 53100" in err.value.message
