@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qlwf.model.records import sign_plan, task_receipt_digest
+from qlwf.model.records import sign_plan, step_run_digest, task_receipt_digest
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
@@ -59,6 +59,11 @@ class Scenario:
     def corrupt(self, kind: str, key: str, patch: Record) -> None:
         self.state = corrupt_state(self.state, kind, [key], patch)
         self.steps.append(corruption(kind, [key], patch))
+
+    def resign_step(self, step_run_id: str, patch: Record) -> None:
+        """A StepRun drift that keeps the record well-formed: its stepRunDigest is recomputed."""
+        patched = apply_patch("stepRuns", self.state.step_runs[step_run_id], patch)
+        self.corrupt("stepRuns", step_run_id, patch | {"stepRunDigest": step_run_digest(patched)})
 
     def resign_receipt(self, attempt_id: str, patch: Record) -> None:
         """A receipt drift that keeps the receipt well-formed: its receiptDigest is recomputed."""
@@ -259,6 +264,21 @@ def receipt_disagrees_with_attempt() -> Scenario:
     for patch in ({"attemptNumber": 2}, {"attemptNumber": 1, "admittedAtMs": T0 - 1}):
         s.resign_receipt(aid, patch)
         s.cmd("claim_lease", "receipt_drift", attemptId=aid, workerId="w1", durationMs=10_000)
+    return s
+
+
+def convergence_refuses_a_moved_epoch() -> Scenario:
+    s = Scenario("adr0228-convergence-refuses-a-moved-epoch",
+                 "cancellation.md §3 item 8: an active attempt whose StepRun has left the attempt's admitted epoch "
+                 "(a well-formed, re-signed StepRun one version on) is a snapshot the resolution refuses: convergence "
+                 "answers Unavailable resolution_failed and writes nothing; the page reports the workflow failed")
+    s.admit("run-1", {"a": [], "b": []})
+    aid = s.attempt("run-1", "a")
+    s.claim(aid, duration=60_000)
+    s.cmd("request_cancel", "requested", runId="run-1", reason="user", actor={"type": "user"})
+    s.resign_step("run-1:a", {"version": s.state.step_runs["run-1:a"]["version"] + 1})
+    s.cmd("converge_cancellation", "resolution_failed", runId="run-1")
+    s.cmd("converge_cancellation_page", "page", limit=10)
     return s
 
 
@@ -505,7 +525,7 @@ SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     dependency_readied, failure_skips_chain, terminals, candidate_paging, drift_rolls_back, settled_replay,
     admission_replay, worker_protocol, atomic_cancel, siblings_cancelled_while_blocked, timeout_mapping,
     partial_then_final, dead_worker_recovered, page_skips_drifted_workflow, step_ids_sort_against_keys,
-    receipt_disagrees_with_attempt,
+    receipt_disagrees_with_attempt, convergence_refuses_a_moved_epoch,
 )
 
 

@@ -66,3 +66,38 @@ def test_a_storage_error_names_its_sqlstate(backend: PostgresBackend) -> None:
         port.close()
     assert (err.value.error_class, err.value.reason) == ("Unavailable", "storage_error")
     assert "SQLSTATE 53100" in err.value.message
+
+
+# The shared-server lifecycle of impl/postgres/conformance.py, in a process of its own (stopping the
+# session's server here would pull it from under the other tests). Survivors P5 and P6.
+_LIFECYCLE = r"""
+import psycopg
+from qlwf.impl.postgres import conformance as c
+
+first, owned_first = c.shared_server()  # the main process keeps one server for all its callers
+second, owned_second = c.shared_server()
+assert second is first and not owned_first and not owned_second, (owned_first, owned_second)
+dsn = first.dsn()
+c.stop_shared_server()
+try:
+    psycopg.connect(dsn, connect_timeout=5).close()
+except psycopg.OperationalError:
+    print("stopped")
+else:
+    print("still running")
+"""
+
+
+def test_the_main_process_shares_one_server_and_stops_it_on_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from qlwf.impl.postgres.server import DSN_ENV, find_pg_bin
+
+    if find_pg_bin() is None:
+        pytest.skip("needs the PostgreSQL server binaries (a throwaway cluster of its own)")
+    monkeypatch.delenv(DSN_ENV, raising=False)  # an external server is not ours to stop
+    out = subprocess.run([sys.executable, "-c", _LIFECYCLE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "stopped"
