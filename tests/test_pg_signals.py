@@ -68,8 +68,7 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
 class Cluster:
     """What a running cluster of another process exposes: its dir, postmaster pid and SysV segment."""
 
-    def __init__(self, base: Path) -> None:
-        lines = (base / "data" / "postmaster.pid").read_text().splitlines()
+    def __init__(self, base: Path, lines: list[str]) -> None:
         self.base = base
         self.postmaster = int(lines[0])
         self.shm = tuple(lines[6].split())  # (key, shmid)
@@ -84,10 +83,12 @@ class Cluster:
 
 def ready_cluster_of(pid: int) -> Cluster | None:
     for base in cluster_root().glob(f"{pid}-*"):
-        lines = (base / "data" / "postmaster.pid").read_text().splitlines() if (
-            base / "data" / "postmaster.pid").exists() else []
+        try:  # the server writes, rewrites and removes this file while it starts: read it once, or not at all
+            lines = (base / "data" / "postmaster.pid").read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
         if len(lines) > 7 and lines[7].strip() == "ready":
-            return Cluster(base)
+            return Cluster(base, lines)
     return None
 
 
