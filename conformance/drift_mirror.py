@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from qlwf.model.records import ATTEMPT_KEYS, LEASE_KEYS, RUN_KEYS, STEP_RUN_KEYS, TASK_RECEIPT_KEYS, canonical
+from qlwf.impl.commands.drift_patch import patched
+from qlwf.model.records import ATTEMPT_KEYS, LEASE_KEYS, RUN_KEYS, STEP_RUN_KEYS, TASK_RECEIPT_KEYS
 from qlwf.model.state import State
 
 Record = dict[str, Any]
@@ -28,17 +29,9 @@ CORRUPTIBLE: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def apply_patch(kind: str, record: Record, patch: Record) -> Record:
+    """The patched record, by the same rule the backends store it (impl/commands/drift_patch.py)."""
     _, keys = CORRUPTIBLE[kind]
-    unknown = sorted(set(patch) - set(keys))
-    if unknown:
-        raise ValueError(f"cannot patch unknown {kind} keys {unknown}")
-    out = dict(record)
-    for k, v in patch.items():
-        if v is None and kind != "stepRuns":
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return canonical(out, keys)
+    return patched(kind, record, patch, keys)
 
 
 def corrupt_state(state: State, kind: str, key: list[Any], patch: Record) -> State:
