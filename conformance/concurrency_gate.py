@@ -34,14 +34,10 @@ def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, s
     if corpus:
         parts.append(runner.run_traces(backend, runner.corpus_traces()))
     if traces:
-        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
+        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs))
     failures = [r for p in parts for r in p.failures]
     details = [failures[0].divergence.render()] if failures and failures[0].divergence else []
-    evidence = {"corpus_traces": len(parts[0].results) if corpus else 0,
-                "traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
-                "invariant_checks": sum(p.invariant_checks for p in parts),
-                "rule_rows_covered": len(runner.covered_rule_rows(parts)),
-                "boundaries_met": len(runner.met_boundaries(parts))}
+    evidence = runner.evidence_counts(parts, corpus)
     return GateSummary(not failures, "; ".join(p.line() for p in parts), details, evidence)
 
 

@@ -7,7 +7,9 @@ ChangeTracking) is read back and compared only for the kinds the step wrote (by 
 account or the model's); every FULL_EVERY-th step, the last one and every step with recorded
 expectations read and compare the whole store, which proves those accounts complete. Invariants
 are re-evaluated whenever the compared state or the clock changed; on the very same snapshot at
-the same clock the previous (clean) evaluation stands. A recorded trace is also checked against its own
+the same clock the previous (clean) evaluation stands, and a read-back that equals the model's
+state exactly (record order, key order and JSON types) has no violation the model's state lacks,
+so its verdict needs no evaluation (decisions Q-60). A recorded trace is also checked against its own
 expectations (the model must still produce them). The first divergence stops the run and is
 reported with the step, both outcomes, a record-level snapshot diff and the model rules that fired.
 """
@@ -20,11 +22,12 @@ import importlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from qlwf.impl.port import ChangeTracking, CommandPort, FaultInjection, Snapshot
 from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import QlwfError
@@ -50,6 +53,40 @@ def written_by_model(before: State, after: State) -> frozenset[str]:
     """The kinds whose table a model step replaced: States are copy-on-write, so an untouched table is
     the very same object."""
     return frozenset(kind for kind, name in _KIND_FIELDS if getattr(before, name) is not getattr(after, name))
+
+
+def _exact_text(records: list[Record]) -> bytes | None:
+    """A text that tells apart any two record lists `==` calls equal but a JSON reader would not:
+    orjson keeps key order and writes true, 1, 1.0 and -0.0 apart. None when it cannot write them
+    (an integer beyond 64 bits, a lone surrogate): such a kind is then never taken as exact."""
+    try:
+        return orjson.dumps(records)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
+
+
+class ExactKinds:
+    """Which kinds of the backend's latest read-back are known to equal the model's exactly: same
+    records, key order and JSON types, not only `==` (which takes True for 1 and 1.0 for 1).
+
+    A kind is observed whenever it is compared (read afresh); a kind not read afresh is the previous
+    read, which the model did not write either, so its status carries over. When every kind is
+    exact, the invariants see the very same values on both sides, so the backend has no violation
+    that the model's state lacks (decisions Q-60)."""
+
+    def __init__(self) -> None:
+        self.inexact: set[str] = set(TABLES)
+
+    def observe(self, kinds: Iterable[str], model: Snapshot, backend: Snapshot) -> None:
+        for kind in kinds:
+            mine = _exact_text(model[kind])
+            if mine is not None and mine == _exact_text(backend[kind]):
+                self.inexact.discard(kind)
+            else:
+                self.inexact.add(kind)
+
+    def all_exact(self) -> bool:
+        return not self.inexact
 
 
 class ReadBack:
@@ -153,7 +190,8 @@ class LockstepResult:
     backend_seconds: float = 0.0  # the backend's commands (and fault injections)
     snapshot_seconds: float = 0.0  # reading the backend's store back
     check_seconds: float = 0.0  # model snapshot, comparisons, invariants, expectations
-    invariant_checks: int = 0  # backend snapshots the invariants were evaluated on (gate evidence)
+    invariant_checks: int = 0  # steps given an invariant verdict on the backend's snapshot (gate evidence)
+    invariant_evaluations: int = 0  # of them, evaluated in full (the rest decided by exact equality, Q-60)
 
     @property
     def passed(self) -> bool:
@@ -169,13 +207,16 @@ def backend_outcome(port: CommandPort, name: str, args: Any, now: int) -> Record
 
 def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck | None = None,
                  invariants_every_step: bool = True, check_expectations: bool = True,
-                 coverage: Coverage | None = None, full_every: int = FULL_EVERY) -> LockstepResult:
+                 coverage: Coverage | None = None, full_every: int = FULL_EVERY,
+                 cross_check: bool = False) -> LockstepResult:
     """Apply `trace` to a fresh model and to `port` (an empty store); stop at the first divergence.
 
     `invariants` is evaluated on the backend's read-back snapshot after every step, or only after
-    the last one when `invariants_every_step` is False (for large generated batches: the
-    invariants cost more than the step itself). `full_every` = 1 reads and compares the whole
-    store after every step whatever the port offers.
+    the last one when `invariants_every_step` is False. A step whose read-back equals the model's
+    state exactly (ExactKinds) has no violation the model's state lacks, so its verdict is known
+    without evaluating (decisions Q-60), except at the last step, which is always evaluated;
+    `cross_check` evaluates every step, and a disagreement with the shortcut is a divergence.
+    `full_every` = 1 reads and compares the whole store after every step whatever the port offers.
     """
     result = LockstepResult(trace.name or trace.description)
     state = State(clock=trace.initial_clock)
@@ -184,6 +225,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     readback = ReadBack(port, full_every)
     clean_at: int | None = None  # the clock of the last clean invariant evaluation, while nothing changed since
     reuse = _record_check_reuse()
+    exact = ExactKinds()
     for i, step in enumerate(trace.steps):
         result.steps = i + 1
         last = i == len(trace.steps) - 1
@@ -226,11 +268,16 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                 return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=done.outcome,
                                backend_outcome=got, rules=done.rules,
                                record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
+        compared = TABLES if fresh is None else fresh
         if fresh is None:
-            differs = model_snapshot != backend_snapshot or ((last or recorded) and canonical_json(model_snapshot)
-                                                             != canonical_json(backend_snapshot))
+            differs = model_snapshot != backend_snapshot
         else:
             differs = any(model_snapshot[kind] != backend_snapshot[kind] for kind in fresh)
+        if not differs:
+            exact.observe(compared, model_snapshot, backend_snapshot)
+            # what `==` cannot tell (True and 1, 1 and 1.0, -0.0 and 0.0) the canonical text does
+            differs = (last or recorded) and not exact.all_exact() and (
+                canonical_json(model_snapshot) != canonical_json(backend_snapshot))
         if differs:
             return diverge("state", "the backend's durable state differs from the model's",
                            model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
@@ -238,11 +285,19 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         if invariants is not None and (invariants_every_step or last):
             # the same snapshot objects (nothing written, nothing re-read) at the same clock: same verdict
             unchanged = fresh is not None and not fresh and clean_at == done.state.clock
+            # the last step is always evaluated: every trace's evidence includes a full evaluation,
+            # which also cross-checks the shortcut once per trace
+            decided = unchanged or (exact.all_exact() and not cross_check and not last)
             with reuse():
-                violations = [] if unchanged else _backend_only_violations(invariants, backend_snapshot,
-                                                                           done.state)
+                violations = [] if decided else _backend_only_violations(invariants, backend_snapshot, done.state)
+            if exact.all_exact() and violations:
+                return diverge("invariant_shortcut", "the read-back equals the model's state exactly, yet the "
+                               "backend has invariant violations the model's state lacks (decisions Q-60)",
+                               model_outcome=done.outcome, backend_outcome=got, rules=done.rules,
+                               violations=violations)
             clean_at = None if violations else done.state.clock
             result.invariant_checks += 1
+            result.invariant_evaluations += not decided
             if violations:
                 return diverge("invariant", f"{len(violations)} invariant(s) fail on the backend snapshot",
                                model_outcome=done.outcome, backend_outcome=got, rules=done.rules,

@@ -56,6 +56,10 @@ class RunSummary:
     def invariant_checks(self) -> int:
         return sum(r.invariant_checks for r in self.results)
 
+    @property
+    def invariant_evaluations(self) -> int:
+        return sum(r.invariant_evaluations for r in self.results)
+
     def line(self) -> str:
         rate = self.steps / self.seconds if self.seconds > 0 else 0.0
         verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} failing)"
@@ -82,6 +86,18 @@ def covered_rule_rows(parts: Iterable[RunSummary]) -> set[str]:
 def met_boundaries(parts: Iterable[RunSummary]) -> set[str]:
     """The boundaries of conformance/boundaries.py that the runs met (steps both sides agreed on)."""
     return {b for p in parts if p.coverage is not None for b in p.coverage.report()["boundaries"]["met"]}
+
+
+def evidence_counts(parts: list[RunSummary], corpus: bool) -> dict[str, int]:
+    """A conformance check's gate evidence: what ran (the corpus first when `corpus`), and what it covered.
+    invariant_checks counts the steps given an invariant verdict, invariant_evaluations the ones of
+    them evaluated in full (the rest the exact read-back decided, decisions Q-60)."""
+    return {"corpus_traces": len(parts[0].results) if corpus and parts else 0,
+            "traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
+            "invariant_checks": sum(p.invariant_checks for p in parts),
+            "invariant_evaluations": sum(p.invariant_evaluations for p in parts),
+            "rule_rows_covered": len(covered_rule_rows(parts)),
+            "boundaries_met": len(met_boundaries(parts))}
 
 
 def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True, invariants_every_step: bool = True,

@@ -102,7 +102,7 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int =
     if corpus:
         parts.append(runner.run_traces(backend, runner.corpus_traces()))
     if traces:
-        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, invariants_every_step=False))
+        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs))
     failures = [r for p in parts for r in p.failures]
     problems: tuple[str, ...] = ()
     if failures:
@@ -111,11 +111,7 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int =
             runner.save_divergence(first.divergence, backend)
         report = first.divergence.render() if first.divergence else "diverged"
         problems = (f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}",)
-    counts = {"corpus_traces": len(parts[0].results) if corpus else 0,
-              "traces": sum(len(p.results) for p in parts), "steps": sum(p.steps for p in parts),
-              "invariant_checks": sum(p.invariant_checks for p in parts),
-              "rule_rows_covered": len(runner.covered_rule_rows(parts)),
-              "boundaries_met": len(runner.met_boundaries(parts))}
+    counts = runner.evidence_counts(parts, corpus)
     return Evidence("; ".join(p.line() for p in parts) or "no traces", counts, problems)
 
 
