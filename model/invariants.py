@@ -20,6 +20,7 @@ from . import tables as T
 from .admission import admission_ledger, create_admission_bundle
 from .errors import QlwfError
 from .frontier import resolve_frontier
+from .memo import trusting_record_identity
 from .records import (
     ATTEMPT_LEASE_KEYS,
     Record,
@@ -57,7 +58,8 @@ def reusing_record_checks(enabled: bool = True, memo: dict[Any, Any] | None = No
     passes is mutated in place meanwhile (the model never does)."""
     token = _REUSE.set((memo if memo is not None else {}) if enabled else None)
     try:
-        yield
+        with trusting_record_identity(enabled):  # the same vouching lets the normalizer memos skip keys
+            yield
     finally:
         _REUSE.reset(token)
 

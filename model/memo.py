@@ -54,6 +54,25 @@ def parsed_json_input() -> Iterator[None]:
         _PARSED_INPUT.reset(token)
 
 
+# Set while the caller vouches that no record the memos are asked about is changed in place (see
+# trusting_record_identity).
+_TRUSTED_IDENTITY: ContextVar[bool] = ContextVar("qlwf_memo_trusted_identity", default=False)
+
+
+@contextmanager
+def trusting_record_identity(enabled: bool = True) -> Iterator[None]:
+    """Within: the caller vouches that no value the memos are asked about is mutated in place while
+    the scope lasts (the explorer's and the stateful test's States share unchanged records between
+    steps and never mutate one, model/state.py), so a memo may answer a value it has normalized
+    before, the very same object, without keying it again. Per thread; enabled=False, within: keys
+    are built as outside."""
+    token = _TRUSTED_IDENTITY.set(enabled)
+    try:
+        yield
+    finally:
+        _TRUSTED_IDENTITY.reset(token)
+
+
 def is_plain_json(x: Any) -> bool:
     """True when x is built only from dict (str keys), list, str, int, float, bool and None, exactly."""
     t = type(x)
@@ -152,8 +171,24 @@ class ExactMemo:
         # Heuristic counters: a race between threads only moves which call is sampled.
         self.misses_in_a_row = 0
         self._calls = 0
+        # id(input) -> (input, value), only used and filled within trusting_record_identity(); the
+        # input is held so that its id cannot be reused by another object while the entry lasts.
+        self._by_identity: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     def __call__(self, x: Any) -> dict[str, Any]:
+        if _TRUSTED_IDENTITY.get():
+            known = self._by_identity.get(id(x))
+            if known is not None and known[0] is x:
+                return known[1]
+            value = self._keyed(x)
+            with self._lock:
+                if len(self._by_identity) >= self.size:
+                    self._by_identity.clear()
+                self._by_identity[id(x)] = (x, value)
+            return value
+        return self._keyed(x)
+
+    def _keyed(self, x: Any) -> dict[str, Any]:
         if self.misses_in_a_row >= COLD_STREAK:
             self._calls += 1
             if self._calls % SAMPLE_EVERY:
@@ -185,4 +220,5 @@ class ExactMemo:
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
+            self._by_identity.clear()
             self.misses_in_a_row = 0

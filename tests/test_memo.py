@@ -28,7 +28,7 @@ from model_fixtures import (
     step_run_for,
 )
 from qlwf.model.errors import Invalid, QlwfError
-from qlwf.model.memo import ExactMemo, flat_key, text_key
+from qlwf.model.memo import ExactMemo, flat_key, text_key, trusting_record_identity
 from qlwf.model.oracle import consult
 from qlwf.model.records import normalize_step_run
 
@@ -113,6 +113,50 @@ def test_memo_hit_returns_the_cached_record_and_keys_are_exact() -> None:
         memo({**s, "version": True})  # True == 1, but it is not the same JSON value
     with pytest.raises(Invalid):
         memo({**s, "attemptCount": 0.0})
+
+
+class CountingKey:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: Any) -> Any:
+        self.calls += 1
+        return flat_key(x)
+
+
+def test_trusted_identity_answers_the_same_object_without_keying_it() -> None:
+    key = CountingKey()
+    memo = ExactMemo(normalize_step_run, 4, key=key)
+    s = step_run_for(PLAN, "a", "ready")
+    with trusting_record_identity():
+        first = memo(s)
+        assert memo(s) is first and key.calls == 1  # the very same object: no key built
+        assert memo(copy.deepcopy(s)) is first and key.calls == 2  # an equal copy: keyed, a text hit
+
+
+def test_outside_trust_a_record_changed_in_place_is_normalized_again() -> None:
+    memo = ExactMemo(normalize_step_run, 4, key=flat_key)
+    s = step_run_for(PLAN, "a", "ready")
+    with trusting_record_identity():
+        memo(s)
+    s["version"] = True  # what only a caller breaking the scope's promise does
+    with trusting_record_identity(False), pytest.raises(Invalid):
+        memo(s)
+    with pytest.raises(Invalid):
+        memo(s)
+
+
+def test_trusted_identity_never_remembers_a_failure_and_stays_bounded() -> None:
+    memo = ExactMemo(normalize_step_run, 3, key=flat_key)
+    bad = {**step_run_for(PLAN, "a", "ready"), "stepRunDigest": "0" * 64}
+    records = [step_run_for(PLAN, k, "pending") for k in "abcd"] * 2
+    with trusting_record_identity():
+        for _ in range(2):
+            with pytest.raises(Invalid):
+                memo(bad)
+        for r in records:
+            assert memo(r) == normalize_step_run(r)
+    assert len(memo._by_identity) <= 3
 
 
 def test_memo_evicts_least_recently_used() -> None:

@@ -37,6 +37,7 @@ from qlwf.conformance.checkers.explore import build_plan
 from qlwf.conformance.checkers.liveness import cancelling_runs, drain, sweep_problems
 from qlwf.model import tables as T
 from qlwf.model.invariants import check_invariants, reusing_record_checks
+from qlwf.model.memo import trusting_record_identity
 from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
@@ -116,7 +117,8 @@ class WorkflowMachine(RuleBasedStateMachine):
         before = self.state
         self.steps.append(command(name, args))
         try:
-            out = apply(before, {"name": name, "args": args})
+            with trusting_record_identity():  # the machine's States share records and never mutate one
+                out = apply(before, {"name": name, "args": args})
         except Exception as e:  # a crash of the model is a finding, with its trace
             self.fail(f"{name} crashed the model: {type(e).__name__}: {e}")
             raise
