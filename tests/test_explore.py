@@ -64,6 +64,29 @@ def test_symmetric_states_share_one_identity() -> None:
     assert E.abstract_state(root) != keys[0]
 
 
+@pytest.mark.parametrize("shape", [s for k in (2, 3) for s in E.dag_shapes(k) if len(E.automorphisms(s)) > 1],
+                         ids=E.shape_name)
+def test_every_image_of_a_state_under_the_shape_symmetries_has_one_canonical_key(shape: E.Shape) -> None:
+    plan = E.build_plan(E.RUN_ID, E.PLAN_ID, E.shape_needs(shape), E.INITIAL_CLOCK)
+    root = apply(State(clock=E.INITIAL_CLOCK), {"name": "admit_workflow", "args": {"plan": plan}}).state
+    renamings = [{f"{E.RUN_ID}:{E.step_key(i)}": f"{E.RUN_ID}:{E.step_key(p[i])}" for i in range(shape[0])}
+                 for p in E.automorphisms(shape)]
+    alphabet = E.default_alphabet(shape[0])
+    level, seen = [root], 0
+    for _ in range(3):  # every state within three actions of admission
+        nxt = []
+        for state in level:
+            key = E.abstract_state(state)
+            canonical = E.canonical_key(key, renamings)
+            assert canonical in [E._rename(key, names) for names in renamings]  # one of the images ...
+            for names in renamings:  # ... and the same one from each of them
+                assert E.canonical_key(E._rename(key, names), renamings) == canonical
+            seen += 1
+            nxt += [E.take(state, a)[0] for a in E.actions(state, alphabet)]
+        level = nxt
+    assert seen > 10
+
+
 def test_manifest_pins_the_counts_for_k_1_to_3() -> None:
     report, _ = explored(3)
     assert not report.findings, "\n".join(f"{f.shape} {f.kind}: {f.message}" for f in report.findings[:5])

@@ -221,10 +221,19 @@ def _rename(key: Key, names: dict[str, str]) -> Key:
 
 
 def canonical_key(key: Key, renamings: list[dict[str, str]]) -> Key:
-    """The least (by repr) of the key's images under the shape's automorphisms."""
+    """The least of the key's images under the shape's automorphisms, images ordered by their StepRun
+    entries as (new name, repr of the other facts), in name order: a total order on strings (facts
+    mix None with str and int, which tuples cannot compare), each entry's repr built once."""
     if len(renamings) <= 1:
         return key
-    return min((_rename(key, names) for names in renamings), key=repr)
+    steps = key[1]
+    facts = [(s[0], repr(s[1:])) for s in steps]
+    best, best_names = None, renamings[0]
+    for names in renamings:
+        order = sorted((names[name], rest) for name, rest in facts)  # names are unique: rest never decides
+        if best is None or order < best:
+            best, best_names = order, names
+    return _rename(key, best_names)
 
 
 def detailed_state(state: State) -> Key:
