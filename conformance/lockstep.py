@@ -215,7 +215,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     the last one when `invariants_every_step` is False. A step whose read-back equals the model's
     state exactly (ExactKinds) has no violation the model's state lacks, so its verdict is known
     without evaluating (decisions Q-60), except at the last step, which is always evaluated;
-    `cross_check` evaluates every step, and a disagreement with the shortcut is a divergence.
+    `cross_check` evaluates the steps the shortcut would decide too; a disagreement is a divergence.
     `full_every` = 1 reads and compares the whole store after every step whatever the port offers.
     """
     result = LockstepResult(trace.name or trace.description)
