@@ -62,15 +62,35 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+_INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_handlers: set[Callable[[int, FrameType | None], None]] = set()  # the handlers main() has installed
+
+
+def _default_signals_in_child() -> None:
+    """After a fork: a worker (explorer, campaign or conform pool) takes the default dispositions back.
+    A Python-level handler runs only between bytecodes, so a SIGTERM from Pool.terminate() arriving
+    just before the worker blocks in sem_wait would be consumed without waking it, and the pool's
+    join would wait forever; the default disposition ends the worker wherever it is."""
+    for sig in _INTERRUPT_SIGNALS:
+        if signal.getsignal(sig) in _handlers:
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except ValueError:  # forked from a thread other than the main one: nothing can be set here
+                return
+
+
+os.register_at_fork(after_in_child=_default_signals_in_child)
+
+
 def _install_interrupt_handlers() -> Callable[[], None]:
     owner = os.getpid()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != owner:  # a forked worker: behave as if no handler were installed
+        if os.getpid() != owner:  # forked, and signalled before the at-fork reset ran: die as by default
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):  # teardown must not be cut short by a second one
+        for sig in _INTERRUPT_SIGNALS:  # teardown must not be cut short by a second one
             signal.signal(sig, signal.SIG_IGN)
         # Teardown abandons connections mid-query; the library warnings saying so are noise.
         logging.disable(logging.WARNING)
@@ -79,12 +99,14 @@ def _install_interrupt_handlers() -> Callable[[], None]:
             child.terminate()
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _handlers.add(handler)
+    previous = {sig: signal.signal(sig, handler) for sig in _INTERRUPT_SIGNALS}
     logging_disabled = logging.root.manager.disable
 
     def restore() -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _handlers.discard(handler)
         logging.disable(logging_disabled)
 
     return restore

@@ -73,3 +73,53 @@ def test_an_interrupted_in_process_main_keeps_the_callers_servers(
     finally:
         server._unregister(callers)  # type: ignore[arg-type]
     capsys.readouterr()
+
+
+# A child of `qlwf` (an explorer, campaign or conform pool worker) reports its signal dispositions.
+_FORKED_DISPOSITIONS = """
+import multiprocessing, signal, sys
+from qlwf import cli
+
+def dispositions(_: int) -> list[bool]:
+    return [signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGINT, signal.SIGTERM)]
+
+restore = cli._install_interrupt_handlers()
+with multiprocessing.get_context("fork").Pool(1) as pool:
+    under = pool.map(dispositions, [0])[0]
+restore()
+parent_restored = [signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGINT,)] == [False]
+print(under, parent_restored)
+"""
+
+# Many pools created and left through `with` (Pool.terminate) under the handlers: before forked
+# workers took the default dispositions back, one of a few hundred hung in terminate's join.
+_POOL_CYCLES = """
+import multiprocessing
+from qlwf import cli
+
+def work(i: int) -> int:
+    return sum(range(20_000)) + i
+
+cli._install_interrupt_handlers()
+for _ in range(200):
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        list(pool.imap_unordered(work, range(4)))
+print("done")
+"""
+
+
+def _python(code: str, timeout: float) -> str:
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=True)
+    return out.stdout.strip()
+
+
+def test_forked_workers_take_the_default_interrupt_dispositions() -> None:
+    """A Python-level handler inherited by a pool worker can swallow Pool.terminate()'s SIGTERM (it runs
+    only between bytecodes, the worker may be about to block in sem_wait): workers must not keep it."""
+    assert _python(_FORKED_DISPOSITIONS, timeout=60) == "[True, True] True"
+
+
+def test_pools_under_the_interrupt_handlers_always_terminate() -> None:
+    assert _python(_POOL_CYCLES, timeout=120) == "done"
