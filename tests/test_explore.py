@@ -102,6 +102,42 @@ def test_incremental_and_full_invariant_evaluation_agree_on_every_state_of_k_3()
     report, _ = explored(3)  # explored with Config.cross_check: a disagreement is an `incremental` finding
     assert [f for f in report.findings if f.kind == "incremental"] == []
     assert report.cross_checked == report.distinct_states + report.checked_variants > 6000
+    # the cross-check also drains every state whose LIVE-1 verdict the memo would have reused
+    assert sum(s.drains for s in report.shapes) == report.distinct_states
+
+
+def test_liveness_memo_drains_one_state_per_starting_identity() -> None:
+    shapes = (*E.dag_shapes(1), *E.dag_shapes(2))
+    reused = E.explore(E.Config(max_steps=2, shapes=shapes))
+    drained = E.explore(E.Config(max_steps=2, shapes=shapes, reuse_liveness=False))
+    assert E.manifest_counts(reused) == E.manifest_counts(drained) and not reused.findings
+    assert sum(s.drains for s in drained.shapes) == drained.distinct_states
+    assert 0 < sum(s.drains for s in reused.shapes) < drained.distinct_states // 2
+
+
+def test_liveness_memo_keeps_only_passing_verdicts_and_the_cross_check_catches_a_wrong_reuse(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from qlwf.conformance.checkers.liveness import DrainReport
+
+    verdicts = iter([(), ("planted: the Run stays running",), ()])
+
+    def scripted_drain(state: State, **_: Any) -> DrainReport:
+        return DrainReport(state.clock, 0, 0, (), next(verdicts), (), (), state)
+
+    monkeypatch.setattr(E, "drain", scripted_drain)
+    shape = E.dag_shapes(1)[0]
+    plan = E.build_plan(E.RUN_ID, E.PLAN_ID, E.shape_needs(shape), E.INITIAL_CLOCK)
+    state = apply(State(clock=E.INITIAL_CLOCK), {"name": "admit_workflow", "args": {"plan": plan}}).state
+    memo = E.LivenessMemo(lambda s: ("one identity for every state",))
+    plain, crossed = E.Config(max_steps=1), E.Config(max_steps=1, cross_check=True)
+    report = E.ShapeReport("1:-")
+    assert memo.check(state, plain, report) == []  # drained, passed: remembered
+    assert memo.check(state, plain, report) == []  # the memo answers: the planted failure is not drained
+    found = memo.check(state, crossed, report)  # the cross-check drains it anyway and says the reuse was wrong
+    assert [kind for kind, _, _ in found] == ["LIVE-1", "incremental"] and "planted" in found[1][1]
+    fresh = E.LivenessMemo(lambda s: ("one identity for every state",))
+    assert fresh.check(state, plain, report) == []
+    assert report.drains == 3
 
 
 def test_the_cross_check_reports_a_reuse_that_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,7 @@ from qlwf.model.records import Record, sign_plan, task_definition_ref
 from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
-from .liveness import drain
+from .liveness import drain, lease_horizon
 
 Edge = tuple[int, int]
 Shape = tuple[int, tuple[Edge, ...]]  # (number of steps, canonical need -> dependent edges)
@@ -172,8 +172,11 @@ class Config:
     # Evaluate the invariants incrementally: per-record parts are reused for the records a step left
     # untouched (model/invariants.py `reusing_record_checks`); False evaluates every state in full.
     incremental: bool = True
-    # Also evaluate every checked state in full and report a disagreement as an `incremental` finding.
+    # Also evaluate every checked state in full and report a disagreement as an `incremental` finding;
+    # likewise drain every state whose LIVE-1 verdict was taken from the memo (reuse_liveness).
     cross_check: bool = False
+    # LIVE-1 verdicts by the explored identity of the drain's starting point (see LivenessMemo).
+    reuse_liveness: bool = True
 
 
 def _timers(state: State) -> tuple[list[int], list[int]]:
@@ -394,6 +397,7 @@ class ShapeReport:
     checked_variants: int = 0  # detailed variants of explored states, invariant-checked but not expanded
     depth: int = 0
     cross_checked: int = 0  # states whose incremental evaluation was compared with a full one (Config.cross_check)
+    drains: int = 0  # LIVE-1 drains run; the other explored states took a passed verdict from LivenessMemo
     findings: list[Finding] = field(default_factory=list)
     rules: set[str] = field(default_factory=set)
     observed: set[str] = field(default_factory=set)
@@ -496,15 +500,49 @@ def _invariants(state: State, cfg: Config, report: ShapeReport) -> tuple[list[Vi
     return found, f"incremental evaluation {[str(v) for v in found]} != full {[str(v) for v in full]}"
 
 
-def _check_state(state: State, cfg: Config, report: ShapeReport) -> list[tuple[str, str, list[TraceStep]]]:
+class LivenessMemo:
+    """LIVE-1 verdicts of one shape, by the explored identity of the state the drain starts from.
+
+    The drain first moves the clock to T* (every `leased` lease expired) and is a function of the
+    state it reaches there; the explorer's abstraction is exact (module docstring), which is what
+    lets it drain one representative per explored identity and not its merged variants. States
+    whose T*-state has an identity already drained with a passing verdict therefore pass without a
+    drain of their own: states that differ only in a live or expired lease, or a pending or passed
+    deadline, reach the same T*-state. Only passing verdicts are kept, so every failure is found by
+    a drain of its own state and reported with that drain's steps. `Config.cross_check` drains
+    every reused state as well and reports a disagreement."""
+
+    def __init__(self, identity: Callable[[State], Key]) -> None:
+        self.identity = identity
+        self.passed: set[Key] = set()
+
+    def check(self, state: State, cfg: Config, report: ShapeReport) -> list[tuple[str, str, list[TraceStep]]]:
+        start = None
+        if cfg.reuse_liveness:
+            start = self.identity(advance_time(state, lease_horizon(state) - state.clock))
+            if start in self.passed and not cfg.cross_check:
+                return []
+        drained = drain(state)
+        report.drains += 1
+        if drained.ok:
+            if start is not None:
+                self.passed.add(start)
+            return []
+        found = [("LIVE-1", drained.explain(), list(drained.steps))]
+        if start in self.passed:  # only under cross_check: the memo would have passed this state
+            found.append(("incremental", f"LIVE-1 reused a passing verdict, the state's own drain fails: "
+                                         f"{drained.failures}", list(drained.steps)))
+        return found
+
+
+def _check_state(state: State, cfg: Config, report: ShapeReport,
+                 liveness: LivenessMemo) -> list[tuple[str, str, list[TraceStep]]]:
     violations, disagreement = _invariants(state, cfg, report)
     found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in violations]
     if disagreement is not None:
         found.append(("incremental", disagreement, []))
     if cfg.check_liveness:
-        report = drain(state)
-        if not report.ok:
-            found.append(("LIVE-1", report.explain(), list(report.steps)))
+        found += liveness.check(state, cfg, report)
     return found
 
 
@@ -537,19 +575,28 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
     renamings = [{f"{RUN_ID}:{step_key(i)}": f"{RUN_ID}:{step_key(p[i])}" for i in range(shape[0])}
                  for p in automorphisms(shape)]
 
-    def identities(s: State) -> tuple[Key, Key]:
-        detailed = detailed_state(s)
-        return canonical_key(collapse(detailed), renamings), canonical_key(detailed, renamings)
+    canonical: dict[Key, tuple[Key, Key]] = {}  # detailed key -> its canonical (explored, detailed) keys
 
+    def identities(s: State) -> tuple[Key, Key]:
+        # Most transitions reach a detailed state seen before, often in the same labelling: one
+        # lookup then replaces the two searches over the shape's automorphisms.
+        detailed = detailed_state(s)
+        keys = canonical.get(detailed)
+        if keys is None:
+            keys = canonical[detailed] = (canonical_key(collapse(detailed), renamings),
+                                          canonical_key(detailed, renamings))
+        return keys
+
+    liveness = LivenessMemo(lambda s: canonical_key(abstract_state(s), renamings))
     root, root_detail = identities(out.state)
     parents: dict[Key, tuple[Key | None, TraceStep]] = {root: (None, admit)}
     checked: set[Key] = {root_detail}
-    queue: deque[tuple[State, Key, int]] = deque([(out.state, root, 0)])
+    queue: deque[tuple[State, Key, Key, int]] = deque([(out.state, root, root_detail, 0)])
     while queue:
-        state, key, depth = queue.popleft()
+        state, key, state_detail, depth = queue.popleft()
         report.distinct_states += 1
         report.depth = max(report.depth, depth)
-        for kind, message, extra in _check_state(state, cfg, report):
+        for kind, message, extra in _check_state(state, cfg, report, liveness):
             report.findings.append(Finding(report.shape, kind, message, _path(parents, key) + extra))
         if report.findings and cfg.stop_on_violation:
             return report
@@ -575,10 +622,12 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
                 if status in NO_WRITE and new is not state:
                     report.findings.append(Finding(report.shape, "no-write", f"{status} changed the state",
                                                    [*_path(parents, key), action.step]))
-            new_key, detail = identities(new)
+            # A refusal or a replay hands back the very State it was given (model/system.py apply):
+            # same identities, and nothing to check again.
+            new_key, detail = (key, state_detail) if new is state else identities(new)
             if new_key not in parents:
                 parents[new_key] = (key, action.step)
-                queue.append((new, new_key, depth + 1))
+                queue.append((new, new_key, detail, depth + 1))
             elif detail not in checked:  # merged into an explored state: its own details are still checked
                 report.checked_variants += 1
                 violations, disagreement = _invariants(new, cfg, report)
