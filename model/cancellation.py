@@ -12,8 +12,8 @@ from .records import (
     Record,
     foreign_attempt_keys,
     make_event,
-    normalize_task_receipt,
     shared_step_run,
+    shared_task_receipt,
 )
 from .steprun import transition_normalized_mutation
 from .values import INT31_MAX, is_array, is_int, is_int31, is_object, is_timestamp, same
@@ -34,8 +34,8 @@ def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]
     fail = CANCEL_FAIL
     fail.check(is_object(entry) and set(entry) == {"admission", "attempt", "leaseStatus"},
                f"active entry {i} must be exactly {{admission, attempt, leaseStatus}}")
-    try:  # 8a
-        receipt = normalize_task_receipt(entry["admission"])
+    try:  # 8a; the receipt is only read (never part of the resolution): the exact-input memo may answer
+        receipt = shared_task_receipt(entry["admission"])
     except QlwfError:
         fail("active Attempt admission is invalid")
     attempt = entry["attempt"]

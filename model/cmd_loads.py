@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .cmd_context import CommandContext
 from .errors import Invalid, QlwfError
 from .integrity import clock_problem, lease_mirror_problem, plan_step_problem, receipt_problem, run_problem
+from .memo import IdentityMemo
 from .records import (
     Record,
     shared_admission_receipt,
@@ -17,6 +18,10 @@ from .records import (
     shared_task_receipt,
 )
 from .state import State
+
+# Within trusting_record_identity() (the explorer, the stateful machine): the integrity checks of the
+# records a state shares with its predecessor are answered by their identity (model/memo.py).
+_checked = IdentityMemo(65_536)
 
 
 @dataclass
@@ -41,7 +46,7 @@ def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
         raise ctx.unavailable("plan_drift", e.message) from e
     if plan["planDigest"] != adm["planDigest"]:
         raise ctx.unavailable("plan_drift", "stored planDigest differs from the admission")
-    drift = run_problem(run, plan)
+    drift = _checked(run_problem, run, plan)
     if drift is not None:
         raise ctx.unavailable(*drift)
     return Loaded(plan, adm, run)
@@ -55,7 +60,7 @@ def load_step(state: State, ctx: CommandContext, loaded: Loaded, step_run_id: st
         shared_step_run(s)
     except QlwfError as e:
         raise ctx.unavailable("step_drift", e.message) from e
-    drift = plan_step_problem(s, loaded.plan)
+    drift = _checked(plan_step_problem, s, loaded.plan)
     if drift is not None:
         raise ctx.unavailable(*drift)
     return s
@@ -78,7 +83,7 @@ class LoadedAttempt:
 
 
 def check_lease_mirror(ctx: CommandContext, attempt: Record, lease: Record | None) -> None:
-    drift = lease_mirror_problem(attempt, lease)
+    drift = _checked(lease_mirror_problem, attempt, lease)
     if drift is not None:
         raise ctx.unavailable(*drift)
 
@@ -90,7 +95,7 @@ def check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) 
         r = shared_task_receipt(receipt)
     except QlwfError as e:
         raise ctx.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e.message}") from e
-    drift = receipt_problem(attempt, r)
+    drift = _checked(receipt_problem, attempt, r)
     if drift is not None:
         raise ctx.unavailable(*drift)
     return r

@@ -24,11 +24,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from .canonical import canonical_json, plain_canonical_json
 
 Normalizer = Callable[[Any], dict[str, Any]]
+_R = TypeVar("_R")
 
 _SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
 _FLAT_VALUE_TYPES = _SCALAR_TYPES - {float}
@@ -222,3 +223,35 @@ class ExactMemo:
             self.entries.clear()
             self._by_identity.clear()
             self.misses_in_a_row = 0
+
+
+class IdentityMemo:
+    """Answers of pure functions of records, remembered by the identity of the records passed, and only
+    within trusting_record_identity() (outside, every call computes). The model's loads ask the same
+    integrity questions about the same record objects at every command of an exploration (a step
+    shares every record it did not write with the previous state); a new or rebuilt record is a new
+    object and is asked afresh. The records are held, so their ids cannot be reused while kept."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, fn: Callable[..., _R], *records: Any) -> _R:
+        if not _TRUSTED_IDENTITY.get():
+            return fn(*records)
+        key = (fn, *map(id, records))
+        hit = self._entries.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], records, strict=True)):
+            known: _R = hit[1]
+            return known
+        value = fn(*records)
+        with self._lock:
+            if len(self._entries) >= self.size:
+                self._entries.clear()
+            self._entries[key] = (records, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

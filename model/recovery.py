@@ -13,8 +13,8 @@ from .records import (
     exact_keys,
     foreign_attempt_keys,
     make_event,
-    normalize_step_run,
-    normalize_task_receipt,
+    shared_step_run,
+    shared_task_receipt,
 )
 from .steprun import transition_step_run_mutation
 from .values import is_int, is_int31, is_object, is_timestamp, same
@@ -37,9 +37,9 @@ RECOVERY_FIT = {
 def build_task_recovery(inp: Any) -> Record:
     fail = RECOVERY_FAIL
     exact_keys(inp, RECOVERY_INPUT_KEYS, (), fail, "task recovery input")
-    try:
-        receipt = normalize_task_receipt(inp["admission"])
-        step_run = normalize_step_run(inp["stepRun"])
+    try:  # only read here, never part of the result: the exact-input memos may answer (model/memo.py)
+        receipt = shared_task_receipt(inp["admission"])
+        step_run = shared_step_run(inp["stepRun"])
     except Exception as e:
         fail(f"recovery evidence is invalid: {e}")
     reason = inp["reason"]

@@ -28,7 +28,7 @@ from model_fixtures import (
     step_run_for,
 )
 from qlwf.model.errors import Invalid, QlwfError
-from qlwf.model.memo import ExactMemo, flat_key, text_key, trusting_record_identity
+from qlwf.model.memo import ExactMemo, IdentityMemo, flat_key, text_key, trusting_record_identity
 from qlwf.model.oracle import consult
 from qlwf.model.records import normalize_step_run
 
@@ -246,3 +246,27 @@ def test_non_json_values_give_the_typed_invalid_error_from_the_oracle(bad: Any) 
             except Exception as e:
                 pytest.fail(f"{fn} ({attempt}) raised {type(e).__name__}: {e}, not a typed Invalid error")
             pytest.fail(f"{fn} ({attempt}) accepted a non-JSON value {bad!r}")
+
+
+def test_identity_memo_answers_the_same_objects_only_within_trusted_identity() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def problem(a: dict[str, Any], b: dict[str, Any] | None) -> str | None:
+        calls.append((a, b))
+        return None if b is None or a["id"] == b["id"] else f"{a['id']} != {b['id']}"
+
+    memo = IdentityMemo(size=3)
+    a, b = {"id": "x"}, {"id": "y"}
+    assert memo(problem, a, b) == "x != y" and memo(problem, a, b) == "x != y"
+    assert len(calls) == 2  # outside the scope every call computes
+    with trusting_record_identity():
+        assert memo(problem, a, None) is None and memo(problem, a, None) is None  # a None answer is kept too
+        assert memo(problem, a, b) == "x != y" and memo(problem, a, b) == "x != y"
+        assert len(calls) == 4
+        assert memo(problem, a, {"id": "y"}) == "x != y"  # an equal but new object is asked afresh
+        assert len(calls) == 5
+        for i in range(4):  # past its size the memo starts afresh, and answers stay right
+            assert memo(problem, {"id": str(i)}, None) is None
+        assert memo(problem, a, b) == "x != y" and len(calls) == 10
+    with trusting_record_identity(False):
+        assert memo(problem, a, b) == "x != y" and len(calls) == 11
