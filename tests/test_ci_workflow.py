@@ -40,12 +40,19 @@ def wrapper_commands() -> set[str]:
     return {line.split()[0] for line in usage.splitlines() if line.startswith("  ") and line.split()}
 
 
+# Shell expansions in run scripts, each replaced by a value of the kind the shell gives it.
+SHELL_SAMPLES = {'"$(date -u +%Y%m%d)"': "20261202"}
+
+
 def qlwfw_calls() -> list[tuple[str, list[str]]]:
-    """(job, argv after ./qlwfw) for every call in every run script; expressions become placeholders."""
+    """(job, argv after ./qlwfw) for every call in every run script; expressions become placeholders,
+    shell expansions their sample values (SHELL_SAMPLES)."""
     calls = []
     for name, job in workflow()["jobs"].items():
         for step in job["steps"]:
             script = re.sub(r"\$\{\{[^}]*\}\}", "PLACEHOLDER", step.get("run", ""))
+            for expansion, sample in SHELL_SAMPLES.items():
+                script = script.replace(expansion, sample)
             for line in script.splitlines():
                 if "./qlwfw" not in line:
                     continue
@@ -63,7 +70,7 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_the_workflow_is_valid_yaml_with_the_expected_shape() -> None:
     doc = workflow()
     triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
-    assert set(triggers) == {"pull_request", "push"}
+    assert set(triggers) == {"pull_request", "push", "schedule", "workflow_dispatch"}
     for name, job in doc["jobs"].items():
         assert job["runs-on"] and job["steps"], name
         for step in job["steps"]:
@@ -72,7 +79,7 @@ def test_the_workflow_is_valid_yaml_with_the_expected_shape() -> None:
 
 def test_every_qlwfw_call_parses(capsys: pytest.CaptureFixture[str]) -> None:
     calls = qlwfw_calls()
-    assert {argv[0] for _, argv in calls} >= {"check", "show", "diff"}
+    assert {argv[0] for _, argv in calls} >= {"check", "show", "diff", "campaign"}
     known, wrapper = subcommands(), wrapper_commands()
     assert {"check", "test", "install-postgres", "install-browser", "--help"} <= wrapper
     for job, argv in calls:
@@ -117,3 +124,22 @@ def test_the_diff_is_posted_on_pull_requests_only() -> None:
     post = next(i for i, r in enumerate(runs) if "gh pr comment" in r)
     report = shlex.split(runs[diff].split("||")[0].split(">", 1)[1])[0]  # the Markdown report on stdout
     assert diff < post and f"--body-file {report}" in runs[post]
+
+
+def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findings() -> None:
+    doc = workflow()
+    triggers = doc.get("on", doc.get(True))
+    assert [t["cron"] for t in triggers["schedule"]]  # a nightly schedule exists
+    job = doc["jobs"]["campaign"]
+    assert job["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
+    runs = [s.get("run", "") for s in job["steps"]]
+    install = next(i for i, r in enumerate(runs) if "apt-get install" in r and "postgresql" in r)
+    campaign = next(i for i, r in enumerate(runs) if "./qlwfw campaign" in r)
+    assert install < campaign  # without a server the PostgreSQL leg is unknown and the job must not pass
+    (argv,) = [argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "campaign"]
+    args = build_parser().parse_args(argv)
+    assert args.minutes * 60 + 15 * 60 <= job["timeout-minutes"] * 60  # room to install, render and upload
+    out = args.out
+    assert any(f"{out}/traces/*.json" in r and "./qlwfw show" in r for r in runs)
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == out
