@@ -363,3 +363,38 @@ def test_a_stateful_shard_reproduces_in_any_process() -> None:
     finally:
         pool.close()
     assert (there.examples, there.steps) == (here.examples, here.steps)
+
+
+def test_sigterm_on_the_dask_path_cancels_the_campaigns_tasks_and_leaves_the_cluster_up(
+        dask_cluster: str, tmp_path: Path) -> None:
+    """The cluster is not the campaign's: on SIGTERM the client cancels what it submitted (nothing of
+    it stays queued on the scheduler), exits 128 + 15 with one line, and the workers stay up."""
+    from dask.distributed import Client
+
+    def ours(dask_scheduler: Any = None) -> list[str]:
+        return sorted(str(k) for k in dask_scheduler.tasks if str(k).startswith("qlwf-campaign-"))
+
+    env = {**os.environ, "CI": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "campaign", "--minutes", "5", "--scheduler",
+                             dask_cluster, "--kinds", "stateful", "--stateful-examples", "20", "--seed", "3",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    with Client(dask_cluster, set_as_default=False, timeout=10) as observer:
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not observer.run_on_scheduler(ours):
+                time.sleep(0.1)
+            assert observer.run_on_scheduler(ours), "the campaign submitted nothing to the cluster"
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "interrupted (SIGTERM)" in err
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and observer.run_on_scheduler(ours):
+            time.sleep(0.1)
+        assert observer.run_on_scheduler(ours) == []  # cancelled (a running shard ends in its worker, unheard)
+        assert len(observer.scheduler_info()["workers"]) == 2
