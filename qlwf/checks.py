@@ -222,19 +222,23 @@ EXPLORER_JOBS = 2  # the report does not depend on it (explore() orders shapes a
 
 
 def explorer_manifest(opts: dict[str, Any]) -> Evidence:
-    """Exhaustive exploration of every DAG shape up to K steps matches the pinned manifest."""
+    """Exhaustive exploration of every DAG shape up to K steps (and, in the full profile, the selected
+    families of larger K) matches the pinned manifest."""
     from importlib import resources
 
-    from qlwf.conformance.checkers.explore import Config, explore, manifest_counts
+    from qlwf.conformance.checkers.explore import Config, explore, manifest_counts, scope_shapes
 
-    manifest = resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8")
-    totals = json.loads(manifest)["totals"]
+    manifest = json.loads(resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8"))
+    totals, pinned_selected = manifest["totals"], manifest.get("selected", {})
     # quick: K=3 (incremental invariants on both cores; K=2 before issue 15); full: the manifest's largest K
+    # over every shape, and its selected families of larger K (chains and diamonds of K=5)
     k = EXPLORER_QUICK_K if opts.get("quick") else max(int(n) for n in totals)
+    selected = () if opts.get("quick") else tuple(sorted(int(n) for n in pinned_selected))
     jobs = min(EXPLORER_JOBS, os.cpu_count() or 1)
-    report = explore(Config(max_steps=k, stop_on_violation=True), jobs=jobs)  # one finding fails the check
-    counts = manifest_counts(report)["totals"][str(k)]
-    pinned = totals[str(k)]
+    # one finding fails the check
+    report = explore(Config(max_steps=k, shapes=scope_shapes(k, selected), stop_on_violation=True), jobs=jobs)
+    explored = manifest_counts(report)
+    counts = explored["totals"][str(k)]
     problems = []
     if report.findings:
         from qlwf.cmd_explore import write_counterexamples
@@ -244,12 +248,22 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
         problems.append(f"the explorer found {len(report.findings)} violation(s)\n"
                         + "\n".join(str(f) for f in report.findings[:5])
                         + "".join(f"\nrender it: {show_command(p)}" for p in saved))
-    if counts != pinned:  # a change detector: the scope explored is no longer the one pinned
-        problems.append(f"explorer counts for K={k} changed: {counts} != pinned {pinned}")
-    return Evidence(f"K={k}: {counts['distinct_states']} states, {counts['transitions']} transitions, "
-                    "all invariants and LIVE-1",
-                    {"max_steps": k, "distinct_states": counts["distinct_states"],
-                     "transitions": counts["transitions"]}, tuple(problems))
+    # a change detector: the scope explored is no longer the one pinned
+    if counts != totals[str(k)]:
+        problems.append(f"explorer counts for K={k} changed: {counts} != pinned {totals[str(k)]}")
+    beyond = [explored.get("selected", {}).get(str(n), {}) for n in selected]
+    for n, got in zip(selected, beyond, strict=True):
+        want = pinned_selected[str(n)]
+        if got != want:
+            problems.append(f"explorer counts for the selected K={n} changed: {got} != pinned {want}")
+    states = counts["distinct_states"] + sum(c.get("distinct_states", 0) for c in beyond)
+    summary = f"K={k}: {counts['distinct_states']} states, {counts['transitions']} transitions"
+    summary += "".join(f"; K={n} {c['family']}: {c['distinct_states']} states, {c['transitions']} transitions"
+                       for n, c in zip(selected, beyond, strict=True) if c)
+    return Evidence(f"{summary}; all invariants and LIVE-1",
+                    {"max_steps": k, "selected_max_steps": max(selected, default=k), "distinct_states": states,
+                     "transitions": counts["transitions"] + sum(c.get("transitions", 0) for c in beyond)},
+                    tuple(problems))
 
 
 MODEL_CHECKS: list[Check] = [

@@ -44,6 +44,11 @@ def test_a_partial_exploration_rebuilds_its_own_counts_and_every_total() -> None
     small[-1].transitions += 1
     changed = json.loads(artifacts.explorer_manifest_text(report, pinned))
     assert [k for k in changed["totals"] if changed["totals"][k] != pinned["totals"][k]] == ["3", "4"]
+    assert changed["selected"] == pinned["selected"]  # the selected K = 5 families are pinned shapes alone
+    five = next(name for name in pinned["shapes"] if shape_size(name) == 5)
+    moved = json.loads(artifacts.explorer_manifest_text(
+        report, {**pinned, "shapes": {**pinned["shapes"], five: {**pinned["shapes"][five], "depth": 99}}}))
+    assert moved["totals"] == changed["totals"] and moved["selected"]["5"]["depth"] == 99
 
 
 def test_every_generated_file_is_owned_by_an_artifact() -> None:

@@ -47,6 +47,35 @@ def test_shapes_are_every_dag_once_up_to_isomorphism() -> None:
             assert sum(nx.is_isomorphic(g, graph(s)) for s in E.dag_shapes(3)) == 1
 
 
+def test_the_selected_k_5_family_is_the_chain_and_the_diamonds() -> None:
+    """explore.SELECTED[5], built here again with networkx: the 5-chain, the 1-3-1 diamond, and the
+    1-2-1 diamond with a head step, with a tail step, or beside a free step; each once."""
+    family, members = E.SELECTED[5]
+    assert family == "chains and diamonds"
+    shapes = members(5)
+    diamond = nx.DiGraph([("s", "x"), ("s", "y"), ("x", "t"), ("y", "t")])
+    expected = [nx.path_graph(5, create_using=nx.DiGraph),
+                nx.DiGraph([("s", m) for m in "xyz"] + [(m, "t") for m in "xyz"]),
+                nx.compose(diamond, nx.DiGraph([("h", "s")])),
+                nx.compose(diamond, nx.DiGraph([("t", "u")])),
+                nx.union(diamond, nx.empty_graph(["free"], create_using=nx.DiGraph))]
+    assert len(shapes) == len(expected) and all(s in E.dag_shapes(5) for s in shapes)
+    for g in expected:
+        assert sum(nx.is_isomorphic(g, graph(s)) for s in shapes) == 1
+    assert E.scope_shapes(2, (5,)) == (*E.dag_shapes(1), *E.dag_shapes(2), *shapes)
+
+
+def test_the_manifest_pins_the_selected_families_and_their_totals() -> None:
+    manifest = load_manifest()
+    for k, (family, members) in E.SELECTED.items():
+        pinned = manifest["selected"][str(k)]
+        names = [E.shape_name(s) for s in members(k)]
+        assert pinned["family"] == family and pinned["shapes"] == len(names)
+        assert pinned["distinct_states"] == sum(manifest["shapes"][n]["distinct_states"] for n in names) > 10_000
+    # the totals of K <= 4 count every shape of that size and none of the selected larger ones
+    assert manifest["totals"]["4"]["shapes"] == sum(UNLABELED_DAGS.values())
+
+
 def test_symmetric_states_share_one_identity() -> None:
     """In the two-independent-steps shape, admitting `a` or admitting `b` is the same explored state."""
     shape = E.dag_shapes(2)[0]

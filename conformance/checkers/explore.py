@@ -119,6 +119,31 @@ def dag_shapes(n: int) -> list[Shape]:
     return sorted(((n, f) for f in forms), key=lambda s: (len(s[1]), s[1]))
 
 
+def chain(n: int) -> Shape:
+    """The n-step chain a -> b -> ... (one step waits for the previous one)."""
+    return n, canonical_edges(n, tuple((i, i + 1) for i in range(n - 1)))
+
+
+def chains_and_diamonds(n: int) -> list[Shape]:
+    """The n-step chain and the n-step diamonds: one source fanning out to m >= 2 middle steps that all
+    join into one sink (1-m-1), the other n - m - 2 steps as a chain before the source, a chain after
+    the sink, or free steps (each split once). For n = 5: the chain, the 1-3-1 diamond, and the 1-2-1
+    diamond with a head, with a tail, or beside a free step. Ordered as dag_shapes orders shapes."""
+    forms = {chain(n)[1]} if n > 1 else set()
+    for m in range(2, n - 1):
+        rest = n - m - 2
+        for head in range(rest + 1):
+            for tail in range(rest - head + 1):
+                source = head
+                middle = range(source + 1, source + 1 + m)
+                sink = source + 1 + m
+                edges = [(i, i + 1) for i in range(head)]  # the head chain ends in the source
+                edges += [(source, j) for j in middle] + [(j, sink) for j in middle]
+                edges += [(i, i + 1) for i in range(sink, sink + tail)]  # the rest of the nodes are free
+                forms.add(canonical_edges(n, tuple(edges)))
+    return sorted(((n, f) for f in forms), key=lambda s: (len(s[1]), s[1]))
+
+
 def step_key(i: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[i]
 
@@ -462,19 +487,40 @@ def shape_size(name: str) -> int:
 
 
 def manifest_counts(report: ExploreReport) -> dict[str, Any]:
-    """Per-shape counts, and the totals for every K up to report.max_steps (model/explore_manifest.json)."""
+    """Per-shape counts, the totals for every K up to report.max_steps, and the totals of the selected
+    families of larger K the report explored (model/explore_manifest.json)."""
     return counts_of_shapes({r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes},
                             report.max_steps)
 
 
+def _total(rows: list[dict[str, int]]) -> dict[str, int]:
+    total = {key: (max if key == "depth" else sum)(c[key] for c in rows) for key in COUNT_KEYS}
+    total["shapes"] = len(rows)
+    return total
+
+
 def counts_of_shapes(shapes: dict[str, dict[str, int]], max_steps: int) -> dict[str, Any]:
-    """The manifest's totals for K = 1..max_steps over per-shape counts, with the shapes."""
-    totals = {}
-    for k in range(1, max_steps + 1):
-        rows = [c for name, c in shapes.items() if shape_size(name) <= k]
-        totals[str(k)] = {key: (max if key == "depth" else sum)(c[key] for c in rows) for key in COUNT_KEYS}
-        totals[str(k)]["shapes"] = len(rows)
-    return {"totals": totals, "shapes": shapes}
+    """The manifest's totals for K = 1..max_steps over per-shape counts (every shape of K steps or fewer),
+    and, for each selected K beyond max_steps whose family is all among the shapes, that family's totals."""
+    totals = {str(k): _total([c for name, c in shapes.items() if shape_size(name) <= k])
+              for k in range(1, max_steps + 1)}
+    selected = {}
+    for k, (family, members) in sorted(SELECTED.items()):
+        names = [shape_name(s) for s in members(k)]
+        if k > max_steps and all(n in shapes for n in names):
+            selected[str(k)] = {"family": family, **_total([shapes[n] for n in names])}
+    return {"totals": totals, **({"selected": selected} if selected else {}), "shapes": shapes}
+
+
+# Beyond every shape of K <= the manifest's largest K, chosen families of larger K (issue 15): their
+# shapes' counts are pinned with the others and their totals under "selected".
+SELECTED: dict[int, tuple[str, Callable[[int], list[Shape]]]] = {5: ("chains and diamonds", chains_and_diamonds)}
+
+
+def scope_shapes(max_steps: int, selected: Iterable[int] = ()) -> tuple[Shape, ...]:
+    """Every shape of 1..max_steps steps, then the selected families of the given larger K."""
+    return (*(s for n in range(1, max_steps + 1) for s in dag_shapes(n)),
+            *(s for k in selected for s in SELECTED[k][1](k)))
 
 
 def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[TraceStep]:
