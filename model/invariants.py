@@ -144,8 +144,27 @@ class RunView:
         found = [e for e in self.events if e["type"] == "workflow.cancel_requested"]
         return found[0] if found else None
 
+    @cached_property
+    def _events_by_attempt(self) -> dict[str | None, list[Record]]:
+        by: dict[str | None, list[Record]] = {}
+        for e in self.events:  # one pass; each list in log order
+            by.setdefault(e.get("attemptId"), []).append(e)
+        return by
+
     def attempt_events(self, attempt_id: str) -> list[Record]:
-        return [e for e in self.events if e.get("attemptId") == attempt_id]
+        return self._events_by_attempt.get(attempt_id, [])
+
+    @cached_property
+    def _step_events(self) -> dict[str | None, list[Record]]:
+        by: dict[str | None, list[Record]] = {}
+        for e in self.events:
+            if e["type"].startswith("step."):
+                by.setdefault(e.get("stepRunId"), []).append(e)
+        return by
+
+    def step_events(self, step_run_id: str) -> list[Record]:
+        """The `step.*` events of one StepRun, in log order."""
+        return self._step_events.get(step_run_id, [])
 
     def reached_starting(self, attempt_id: str) -> bool:
         return any(e["type"] == "workflow.task_attempt.starting" for e in self.attempt_events(attempt_id))
@@ -238,7 +257,7 @@ def inv4(view: SystemView) -> list[str]:
         if times and (min(times) < rv.run["createdAtMs"] or times[-1] > view.state.clock):
             out.append(f"Run {rv.run['id']}: event time before the Run or after now")
         for s in rv.steps:
-            step_events = [e for e in rv.events if e["type"].startswith("step.") and e.get("stepRunId") == s["id"]]
+            step_events = rv.step_events(s["id"])
             if step_events and step_events[-1]["createdAtMs"] != s["updatedAtMs"]:
                 out.append(f"StepRun {s['id']}: updatedAtMs differs from its latest step event")
     return out
@@ -369,7 +388,7 @@ def inv8(rv: RunView) -> list[str]:
                                                                                    entry, previous, e)):
                     out.append(f"StepRun {s['id']}: mutationDigest of {entry['mutationId']} does not recompute")
             previous = entry
-        n_events = sum(1 for e in rv.events if e["type"].startswith("step.") and e.get("stepRunId") == s["id"])
+        n_events = len(rv.step_events(s["id"]))
         if n_events != s["version"]:
             out.append(f"StepRun {s['id']}: {n_events} step events for version {s['version']}")
     return out
