@@ -64,6 +64,16 @@ def _no_postgres(exc: BaseException) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_exploration_per_run(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Under xdist every worker's base temp lies in one directory of this run: the workers share the
+    session's exploration through it (support/explored.py) instead of each exploring again."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from support import explored
+
+        explored.SHARED_DIR = tmp_path_factory.getbasetemp().parent
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
     """The PostgreSQL server of the session for the test_pg_* modules: $QLWF_PG_DSN or a throwaway cluster.
