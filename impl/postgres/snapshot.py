@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
 from .codec import (
     ADMISSION_STEP_COLUMNS,
     ADMISSION_STEPS_TABLE,
@@ -57,7 +55,7 @@ _KINDS: dict[str, tuple[str, Callable[[Row], Record]]] = {
 _SCRIPT = "; ".join(sql for sql, _ in _KINDS.values())
 
 
-def read_snapshot(conn: psycopg.Connection[Any], kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+def read_snapshot(conn: Any, kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
     """Every kind (or only `kinds`, still one round trip) in canonical form."""
     chosen = list(_KINDS) if kinds is None else [k for k in _KINDS if k in kinds]
     if not chosen:
