@@ -1,13 +1,14 @@
 """What one writing try already knows about its rows, so the shared command logic's reads of them
 cost no round trip (docs/decisions.md Q-62).
 
-Entries come from two kinds of statement, queued by the store and sent with the next round trip:
+Entries come from:
 
 * lock statements (`SELECT <columns> … FOR UPDATE`, storage.md §6.3): a row locked by this
   transaction cannot change until it ends, except by this transaction's own writes;
-* reads sent ahead of their use, only while the transaction reads one snapshot (SERIALIZABLE,
-  REPEATABLE READ): every plain read of the transaction then returns the same rows whenever it is
-  sent, again except for the transaction's own writes.
+* reads sent ahead of their use, and a read repeated with nothing in between (convergence's
+  active attempts), only while the transaction reads one snapshot (SERIALIZABLE, REPEATABLE READ):
+  every plain read of the transaction then returns the same rows whenever it is sent, again except
+  for the transaction's own writes.
 
 So every write of the store drops the entries it could change (`drop`) before it is queued, and a
 read finds either an entry written by a statement that went out before that write, or nothing and
@@ -70,3 +71,8 @@ class RowCache:
         """A write of this transaction may change these entries: forget them."""
         for key in keys:
             self._entries.pop(key, None)
+
+    def drop_all(self, what: str) -> None:
+        """Forget every entry of one kind (`what`, any key)."""
+        for key in [k for k in self._entries if k[0] == what]:
+            del self._entries[key]

@@ -125,6 +125,12 @@ class PgSession:
         rows = self._send([*self.pending, Queued(Statement(sql, tuple(params)))])[-1]
         return rows if rows is not None else []
 
+    def fetch_each(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """The rows of each statement, all sent in one round trip with everything queued before them."""
+        batch = [*self.pending, *(Queued(Statement(sql, tuple(params))) for sql, params in statements)]
+        results = self._send(batch)[len(batch) - len(statements):]
+        return [rows if rows is not None else [] for rows in results]
+
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         rows = self.fetchall(sql, params)
         return rows[0] if rows else None

@@ -1,8 +1,8 @@
 """Read the whole store back as canonical records (commands.md §1.3); read-only, no clock.
 
-One round trip: the nine SELECTs (or those of the kinds asked for) go out as one simple-protocol
-script, which PostgreSQL runs as one implicit transaction (a consistent view). jsonb values are
-rebuilt in canonical key order.
+One round trip: the nine SELECTs (or those of the kinds asked for) go out as one pipeline of
+prepared statements (wire.py), which PostgreSQL runs as one implicit transaction, up to its Sync.
+jsonb values are rebuilt in canonical key order.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .codec import (
     plan_value,
     task_receipt_value,
 )
+from .session import PgSession
 
 
 def _select(table: Table, order: str) -> str:
@@ -52,17 +53,12 @@ _KINDS: dict[str, tuple[str, Callable[[Row], Record]]] = {
                      lambda r: task_receipt_value(r[0])),
     "leases": (_select(LEASES, 'attempt_id COLLATE "C"'), LEASES.to_record),
 }
-_SCRIPT = "; ".join(sql for sql, _ in _KINDS.values())
 
 
-def read_snapshot(conn: Any, kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+def read_snapshot(conn: PgSession, kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
     """Every kind (or only `kinds`, still one round trip) in canonical form."""
     chosen = list(_KINDS) if kinds is None else [k for k in _KINDS if k in kinds]
     if not chosen:
         return {}
-    script = _SCRIPT if kinds is None else "; ".join(_KINDS[k][0] for k in chosen)
-    cur = conn.execute(script)
-    results: list[list[Row]] = [cur.fetchall()]
-    while cur.nextset():
-        results.append(cur.fetchall())
+    results = conn.fetch_each([(_KINDS[k][0], ()) for k in chosen])
     return {kind: [_KINDS[kind][1](r) for r in rows] for kind, rows in zip(chosen, results, strict=True)}

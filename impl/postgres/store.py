@@ -128,6 +128,7 @@ class PgStore:
         return bool(row and row[0])
 
     def lock_run(self, run_id: str) -> None:
+        self.cache.drop(("active_attempts", run_id))
         key: Key = ("run", run_id)
         token = self.cache.expect(key)
         self.conn.queue(f"SELECT {RUNS.select_list} FROM {RUNS.name} WHERE id = %s FOR UPDATE", (run_id,),
@@ -139,6 +140,7 @@ class PgStore:
                     lambda rows: codec.bigint(rows[0][0]) if rows else None)
 
     def lock_step_runs(self, run_id: str, step_run_ids: Sequence[str] | None = None) -> None:
+        self.cache.drop(("active_attempts", run_id))
         if step_run_ids is None:
             key: Key = ("steps_of_run", run_id)
             token = self.cache.expect(key)
@@ -159,6 +161,7 @@ class PgStore:
                         (run_id, list(step_run_ids)), fill)
 
     def lock_attempts(self, attempt_ids: Sequence[str]) -> None:
+        self.cache.drop_all("active_attempts")
         if not attempt_ids:
             return
         ids = list(attempt_ids)
@@ -170,6 +173,7 @@ class PgStore:
                          codec.receipt_row, None)
 
     def lock_leases(self, attempt_ids: Sequence[str]) -> None:
+        self.cache.drop_all("active_attempts")
         if attempt_ids:
             ids = list(attempt_ids)
             self._by_key("lease", ids, f'SELECT {LEASES.select_list} FROM {LEASES.name} WHERE attempt_id = ANY(%s) '
@@ -313,7 +317,18 @@ class PgStore:
         return self._one(ATTEMPTS, "id = %s", (attempt_id,))
 
     def active_attempts_of_run(self, run_id: str) -> list[Record]:
-        return self._all(ATTEMPTS, f"run_id = %s AND status IN {ACTIVE_SQL}", (run_id,), 'id COLLATE "C"')
+        # Convergence reads them before its locks, again after them (storage.md §6.3: the set it locked
+        # must still cover them), and once more to converge. The second read always goes to the
+        # database (every lock drops the entry); the third, with no lock or write in between, is the
+        # second's answer while one snapshot is read.
+        key: Key = ("active_attempts", run_id)
+        cached = self.cache.get(key)
+        if cached is not MISSING:
+            return cached  # type: ignore[no-any-return]
+        found = self._all(ATTEMPTS, f"run_id = %s AND status IN {ACTIVE_SQL}", (run_id,), 'id COLLATE "C"')
+        if self.conn.pinned_snapshot:
+            self.cache.fill(key, self.cache.expect(key), found)
+        return found
 
     @staticmethod
     def _max_attempt_number_sql(run_id: str) -> tuple[str, tuple[Any, ...]]:
@@ -328,15 +343,19 @@ class PgStore:
         return int(row[0])
 
     def insert_attempt(self, attempt: Record) -> None:
-        self._write(ATTEMPTS.insert_sql, ATTEMPTS.to_row(attempt), ("attempt", attempt["id"]),
+        self._write(ATTEMPTS.insert_sql, ATTEMPTS.to_row(attempt), *self._attempt_keys(attempt),
                     ("max_attempt_number", attempt["runId"]))
 
     def cas_attempt(self, old: Record, new: Record) -> None:
-        self._cas(ATTEMPTS.name, guards.attempt(POSTGRES, old, new), f"attempt {old['id']}", ("attempt", old["id"]))
+        self._cas(ATTEMPTS.name, guards.attempt(POSTGRES, old, new), f"attempt {old['id']}", *self._attempt_keys(old))
 
     def cas_attempt_convergence(self, old: Record, new: Record) -> None:
         self._cas(ATTEMPTS.name, guards.attempt_convergence(POSTGRES, old, new), f"attempt {old['id']}",
-                  ("attempt", old["id"]))
+                  *self._attempt_keys(old))
+
+    @staticmethod
+    def _attempt_keys(attempt: Record) -> tuple[Key, Key]:
+        return ("attempt", attempt["id"]), ("active_attempts", attempt["runId"])
 
     def receipt_row(self, attempt_id: str) -> dict[str, Any] | None:
         cached = self.cache.get(("receipt", attempt_id))
