@@ -117,6 +117,7 @@ class PgCrashStats:
     round_trip_points: int = 0  # of them, at the first statement of one of the backend's round trips
     server_crashes: int = 0  # every pg_ctl stop -m immediate, inside transactions and between commands
     by_command: Counter[str] = field(default_factory=Counter)  # crash points per command name
+    round_trips_by_command: Counter[str] = field(default_factory=Counter)  # round-trip boundaries per command
 
 
 class CrashingPgAdapter(PostgresAdapter):
@@ -182,6 +183,7 @@ class CrashingPgAdapter(PostgresAdapter):
     def _check(self, name: str, k: int, before: Snapshot, error: Exception) -> None:
         self.crash_stats.crash_points += 1
         self.crash_stats.round_trip_points += self.plan.first_of_round_trip
+        self.crash_stats.round_trips_by_command[name] += self.plan.first_of_round_trip
         self.crash_stats.by_command[name] += 1
         if not isinstance(error, Unavailable | InjectedCrash):
             raise CrashAtomicityError(f"{name}: a crash before statement {k} was reported as "

@@ -35,7 +35,7 @@ from . import drift_injection, queries
 from .database import ConnectionUnavailable, PgDatabase
 from .failures import RETRYABLE, map_storage_error, sqlstate
 from .session import Boundaries, PgSession, WireStats
-from .snapshot import read_snapshot
+from .snapshot import RowMemo, read_snapshot
 from .store import PgStore
 
 __all__ = ["MAX_TRIES", "Observer", "PostgresAdapter", "TransactionLog"]
@@ -69,6 +69,7 @@ class PostgresAdapter(SqlAdapter):
         self._pinned = isolation.upper() in _PINNED
         self.max_tries = max_tries
         self.wire = WireStats()  # round trips and statements per command name
+        self._rows = RowMemo()  # read-back records by their exact rows (snapshot.py)
         self._closed = False
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
@@ -138,7 +139,7 @@ class PostgresAdapter(SqlAdapter):
         return lambda: _statement_time(conn)
 
     def _read_snapshot(self, conn: PgSession, kinds: frozenset[str] | None = None) -> Snapshot:
-        return read_snapshot(conn, kinds)
+        return read_snapshot(conn, kinds, self._rows)
 
     def _corrupt(self, conn: PgSession, kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn.conn, kind, key, patch)
