@@ -3,12 +3,15 @@
 The baseline is a loop of trivial transactions — `BEGIN ISOLATION LEVEL SERIALIZABLE`, the same SET
 LOCAL limits, `UPDATE` of one counter row, `COMMIT` — on pooled connections of the same server. It
 swings by 1.6× and more from one run to the next on a shared 2-core machine, so one baseline next
-to one measurement says little. Each round therefore measures a baseline and, right after it, the
-conformance run, and the figures reported are the medians over the rounds:
+to one measurement says little. The baseline is therefore interleaved with the measurement: after
+every trace, as many trivial transactions as the trace logged writing transactions, timed apart;
+and the figures reported are the medians over several such rounds:
 
 1. Conformance: the golden corpus plus N generated traces in lockstep (invariants off, the default
    incremental harness; `--full` reads the whole store after every step), single threaded;
-   reported as lockstep steps/s and backend commands/s, each also divided by the round's baseline.
+   reported as lockstep steps/s and backend commands/s, each also divided by the round's baseline,
+   and the CPU milliseconds per step of this process and of the server (its postmaster's processes,
+   from /proc), which depend far less on the machine's load than any rate.
 2. Round trips and statements per command kind, from one extra untimed pass: the backend's own
    account (`PostgresAdapter.wire`) or, for a checkout that has none, every `Connection.execute`
    (one statement and one round trip each in the backend before docs/decisions.md Q-62).
@@ -54,7 +57,7 @@ SEED = 20261129
 
 @dataclass
 class Round:
-    baseline: float  # trivial SERIALIZABLE transactions/s, measured right before the run
+    baseline: float  # trivial SERIALIZABLE transactions/s, interleaved with the run (one chunk per trace)
     steps: int
     commands: int
     transactions: int  # writing transactions logged
@@ -83,90 +86,117 @@ def _proc_cpu(pid: int, children: bool) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def server_cpu(server: PgServer) -> float:
-    """CPU seconds the server has used so far: its postmaster, the backends it reaped, the ones alive.
-    0.0 where /proc is missing or the server is not on this machine."""
+def postmaster(server: PgServer) -> int | None:
+    """The server's postmaster pid, when it runs on this machine and /proc shows it."""
     try:
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
         with open(f"/proc/{row[0] if row else 0}/stat") as f:
-            postmaster = int(f.read().rsplit(")", 1)[1].split()[1])
-        alive = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == postmaster:
-                        alive.append(int(entry))
+            return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, psycopg.Error):
+        return None
+
+
+def server_cpu(pid: int | None) -> float:
+    """CPU seconds the server has used so far: its postmaster, the backends it reaped, the ones alive."""
+    if pid is None:
         return 0.0
-    return _proc_cpu(postmaster, True) + sum(_proc_cpu(pid, False) for pid in alive)
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    alive.append(int(entry))
+    return _proc_cpu(pid, True) + sum(_proc_cpu(child, False) for child in alive)
 
 
-def conformance(traces: list[Trace], full_every: int) -> tuple[int, int, int, float, float, float]:
-    """(steps, commands, writing transactions, seconds, seconds inside the backend's commands, CPU seconds)."""
+class Baseline:
+    """Trivial SERIALIZABLE single-row transactions on a database and pool of their own.
+
+    The pool has psycopg's defaults (automatic preparation on), not the backend's PgDatabase, so the
+    baseline is the same code whichever checkout runs it. A serialization failure (SSI can refuse
+    even disjoint rows of a one-page table) is rolled back and tried again; only commits count."""
+
+    def __init__(self, server: PgServer, threads: int) -> None:
+        self.server = server
+        self.name = unique_database_name("qlwf_bench")
+        dsn = server.create_database(self.name)
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn, min_size=threads, max_size=threads, kwargs={"autocommit": True}, open=True)
+        with self.pool.connection() as conn:
+            conn.execute("CREATE TABLE counters (id integer PRIMARY KEY, n bigint NOT NULL); "
+                         f"INSERT INTO counters SELECT g, 0 FROM generate_series(0, {threads - 1}) AS g")
+        self.begin = f"BEGIN ISOLATION LEVEL SERIALIZABLE; {TRANSACTION_LIMITS}"
+
+    def _work(self, row: int, count: int) -> None:
+        done = 0
+        while done < count:
+            with self.pool.connection() as conn:
+                try:
+                    conn.execute(self.begin)
+                    conn.execute("UPDATE counters SET n = n + 1 WHERE id = %s", (row,))
+                    conn.execute("COMMIT")
+                    done += 1
+                except psycopg.errors.SerializationFailure:
+                    conn.execute("ROLLBACK")
+
+    def run(self, transactions: int, threads: int = 1) -> float:
+        """Seconds for `transactions` commits (spread over `threads` workers, one counter row each)."""
+        per_thread = max(1, transactions // threads)
+        if threads == 1:
+            start = time.perf_counter()
+            self._work(0, per_thread)
+            return time.perf_counter() - start
+        workers = [threading.Thread(target=self._work, args=(i, per_thread)) for i in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.pool.close()
+        self.server.drop_database(self.name)
+
+
+def measure_round(server: PgServer, traces: list[Trace], full_every: int) -> Round:
+    """The conformance run, with the baseline interleaved: after each trace, as many trivial
+    transactions as the trace logged writing transactions. Both share the machine's load over the
+    same seconds, which a baseline run before or after the whole run does not."""
     factory = backends.get("postgres").create()
+    base = Baseline(server, 1)
     steps = commands = transactions = 0
-    backend_seconds = 0.0
-    start, cpu = time.perf_counter(), time.process_time()
+    seconds = backend_seconds = cpu = base_seconds = 0.0
+    server_seconds = 0.0
+    per_trace: list[int] = []
+    pid = postmaster(server)
     try:
         for trace in traces:
             port = factory.open()
             assert isinstance(port, PostgresAdapter)
             log: list[TransactionLog] = []
             port.observer = log.append
+            server0 = server_cpu(pid)
+            start, cpu0 = time.perf_counter(), time.process_time()
             result = run_lockstep(trace, port, full_every=full_every)
+            seconds += time.perf_counter() - start
+            cpu += time.process_time() - cpu0
+            server_seconds += server_cpu(pid) - server0
             port.close()
             if result.divergence is not None:
                 raise SystemExit(f"trace {trace.name} diverged:\n{result.divergence.render()}")
             steps += result.steps
             commands += sum(1 for s in trace.steps if s["op"] == "command")
             transactions += len(log)
+            per_trace.append(len(log))
             backend_seconds += result.backend_seconds
+            base_seconds += base.run(max(1, len(log)))
     finally:
+        base.close()
         factory.shutdown()
-    return steps, commands, transactions, time.perf_counter() - start, backend_seconds, time.process_time() - cpu
-
-
-def baseline(server: PgServer, transactions: int, threads: int) -> float:
-    """Trivial SERIALIZABLE single-row transactions per second with `threads` workers.
-
-    On a pool of its own with psycopg's defaults (automatic preparation on), not the backend's
-    PgDatabase, so that the baseline is the same code whichever checkout runs it."""
-    name = unique_database_name("qlwf_bench")
-    dsn = server.create_database(name)
-    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(dsn, min_size=threads, max_size=threads,
-                                                                   kwargs={"autocommit": True}, open=True)
-    try:
-        with pool.connection() as conn:
-            conn.execute("CREATE TABLE counters (id integer PRIMARY KEY, n bigint NOT NULL); "
-                         f"INSERT INTO counters SELECT g, 0 FROM generate_series(0, {threads - 1}) AS g")
-        begin = f"BEGIN ISOLATION LEVEL SERIALIZABLE; {TRANSACTION_LIMITS}"
-
-        def work(row: int, count: int) -> None:
-            for _ in range(count):
-                with pool.connection() as conn:
-                    conn.execute(begin)
-                    conn.execute("UPDATE counters SET n = n + 1 WHERE id = %s", (row,))
-                    conn.execute("COMMIT")
-
-        per_thread = max(1, transactions // threads)
-        workers = [threading.Thread(target=work, args=(i, per_thread)) for i in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        return per_thread * threads / (time.perf_counter() - start)
-    finally:
-        pool.close()
-        server.drop_database(name)
-
-
-def measure_round(server: PgServer, traces: list[Trace], full_every: int, transactions: int) -> Round:
-    base = baseline(server, transactions, 1)
-    server_before = server_cpu(server)
-    steps, commands, logged, seconds, backend_seconds, cpu = conformance(traces, full_every)
-    return Round(base, steps, commands, logged, seconds, backend_seconds, cpu, server_cpu(server) - server_before)
+    trivial = sum(max(1, n) for n in per_trace)
+    return Round(trivial / base_seconds, steps, commands, transactions, seconds, backend_seconds, cpu, server_seconds)
 
 
 # ---- round trips per command kind ------------------------------------------------------------------
@@ -267,10 +297,8 @@ def main() -> None:
     server, _ = shared_server()
     full_every = 1 if args.full else FULL_EVERY
     traces = runner.corpus_traces() + list(runner.generated_traces(args.traces, args.seed))
-    transactions = 2 * sum(t.command_count for t in traces) // 3  # about the writing transactions of a run
-
     if args.json:
-        rounds = [measure_round(server, traces, full_every, transactions) for _ in range(args.rounds)]
+        rounds = [measure_round(server, traces, full_every) for _ in range(args.rounds)]
         print(json.dumps({"rounds": [asdict(r) for r in rounds],
                           "counts": wire_counts(traces) if args.counts else None}))
         return
@@ -282,7 +310,7 @@ def main() -> None:
     before: list[Round] = []
     before_counts: dict[str, dict[str, float]] | None = None
     for i in range(args.rounds):
-        after.append(measure_round(server, traces, full_every, transactions))
+        after.append(measure_round(server, traces, full_every))
         r = after[-1]
         line = (f"round {i + 1}: this checkout {r.steps_per_s:.0f} steps/s, baseline {r.baseline:.0f} tx/s, "
                 f"ratio {r.steps_per_s / r.baseline:.3f}")
@@ -321,7 +349,11 @@ def main() -> None:
     print(f"\n{'K':>2} {'commits':>8} {'retries':>8} {'exhausted':>9} {'conflicts':>9} {'commits/s':>10} "
           f"{'baseline/s':>11} {'ratio':>6}  verdict")
     for k in (2, 4, 8):
-        base_k = baseline(server, 150 * k, k)
+        base = Baseline(server, k)
+        try:
+            base_k = 150 * k / base.run(150 * k, k)
+        finally:
+            base.close()
         report = concurrency_check(k=k, ops=args.ops, seed=args.seed, server=server)
         print(f"{k:>2} {report.commits:>8} {sum(report.retries.values()):>8} {report.exhausted:>9} "
               f"{report.conflicts:>9} {report.throughput:>10.0f} {base_k:>11.0f} {report.throughput / base_k:>6.3f}  "

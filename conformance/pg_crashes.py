@@ -298,7 +298,8 @@ def gate_crashes(quick: bool, traces: list[Trace] | None = None) -> CrashEvidenc
                 if not result.passed:
                     problems.append(rendered(f"server crash on {trace.name}", result))
     counts = {"kill_commands": kills.commands, "kill_points": kills.crash_points,
-              "server_crashes": crashes.server_crashes}
-    summary = (f"{kills.crash_points} backend kills in {kills.commands} commands atomic; {crashes.server_crashes} "
+              "kill_round_trips": kills.round_trip_points, "server_crashes": crashes.server_crashes}
+    summary = (f"{kills.crash_points} backend kills ({kills.round_trip_points} of them at round-trip boundaries) in "
+               f"{kills.commands} commands atomic; {crashes.server_crashes} "
                "server crashes (stop -m immediate, fsync on) kept every acknowledged commit and no uncommitted write")
     return CrashEvidence(summary, counts, tuple(problems), tuple(gaps))
