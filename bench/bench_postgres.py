@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -361,4 +360,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

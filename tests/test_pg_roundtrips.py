@@ -340,7 +340,8 @@ def test_without_one_snapshot_per_transaction_nothing_is_read_ahead(db: PgDataba
 # ------------------------------------------------------------------------------------------------
 # Retryable errors from inside a batch (storage.md §6.2)
 @pytest.fixture
-def fail_fn(db: PgDatabase) -> Iterator[str]:
+def failing_function(db: PgDatabase) -> Iterator[str]:
+    """A function that raises the SQLSTATE it is given (the test database is throwaway)."""
     conn = db.getconn()
     try:
         conn.execute("CREATE OR REPLACE FUNCTION public.qlwf_test_fail(state text) RETURNS void LANGUAGE plpgsql "
@@ -364,9 +365,9 @@ def failing_in_the_commit_batch(state: str, times: int) -> type[PgStore]:
     return Failing
 
 
+@pytest.mark.usefixtures("failing_function")
 @pytest.mark.parametrize("state", ["40001", "40P01", "55P03"])
-def test_a_retryable_error_inside_the_commit_batch_reruns_the_command(db: PgDatabase, fail_fn: str,
-                                                                      state: str) -> None:
+def test_a_retryable_error_inside_the_commit_batch_reruns_the_command(db: PgDatabase, state: str) -> None:
     admit(PostgresAdapter(db, FixedClock()))
     port = watched(db, failing_in_the_commit_batch(state, 2))
     before = port.snapshot()

@@ -83,11 +83,6 @@ class WireStats:
             self.round_trips[name] += round_trips
             self.statements[name] += statements
 
-    def per_command(self) -> dict[str, tuple[float, float]]:
-        """Mean round trips and statements per command, by name."""
-        with self._lock:
-            return {name: (self.round_trips[name] / n, self.statements[name] / n)
-                    for name, n in sorted(self.commands.items()) if n}
 
 
 @dataclass(slots=True)

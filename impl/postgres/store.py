@@ -188,7 +188,7 @@ class PgStore:
     def run(self, run_id: str) -> Record | None:
         cached = self.cache.get(("run", run_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         return self._one(RUNS, "id = %s", (run_id,))
 
     def run_exists(self, run_id: str) -> bool:
@@ -215,7 +215,7 @@ class PgStore:
     def admissions_of_run(self, run_id: str) -> list[dict[str, Any]]:
         cached = self.cache.get(("admissions_of_run", run_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         return [codec.admission_row(r) for r in self._fetchall(*self._admissions_of_run_sql(run_id))]
 
     def admissions_by_plan_id(self, plan_id: str) -> list[dict[str, Any]]:
@@ -251,14 +251,14 @@ class PgStore:
     def step_run(self, step_run_id: str) -> StoredStepRun | None:
         cached = self.cache.get(("step", step_run_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         row = self._fetchone(f"{_STEP_SELECT} WHERE id = %s", (step_run_id,))
         return None if row is None else self._stored_step(row)
 
     def step_runs_of_run(self, run_id: str) -> list[StoredStepRun]:
         cached = self.cache.get(("steps_of_run", run_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         rows = self._fetchall(f"{_STEP_SELECT} WHERE run_id = %s {_STEP_ORDER}", (run_id,))
         return [self._stored_step(r) for r in rows]
 
@@ -301,7 +301,7 @@ class PgStore:
     def last_event_time(self, run_id: str) -> int | None:
         cached = self.cache.get(("last_event_time", run_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         row = self._fetchone(*self._last_event_time_sql(run_id))
         return None if row is None else codec.bigint(row[0])
 
@@ -313,7 +313,7 @@ class PgStore:
     def attempt(self, attempt_id: str) -> Record | None:
         cached = self.cache.get(("attempt", attempt_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         return self._one(ATTEMPTS, "id = %s", (attempt_id,))
 
     def active_attempts_of_run(self, run_id: str) -> list[Record]:
@@ -324,7 +324,7 @@ class PgStore:
         key: Key = ("active_attempts", run_id)
         cached = self.cache.get(key)
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         found = self._all(ATTEMPTS, f"run_id = %s AND status IN {ACTIVE_SQL}", (run_id,), 'id COLLATE "C"')
         if self.conn.pinned_snapshot:
             self.cache.fill(key, self.cache.expect(key), found)
@@ -360,7 +360,7 @@ class PgStore:
     def receipt_row(self, attempt_id: str) -> dict[str, Any] | None:
         cached = self.cache.get(("receipt", attempt_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         row = self._fetchone(f"{_RECEIPT_SELECT} WHERE attempt_id = %s", (attempt_id,))
         return None if row is None else codec.receipt_row(row)
 
@@ -379,7 +379,7 @@ class PgStore:
     def lease(self, attempt_id: str) -> Record | None:
         cached = self.cache.get(("lease", attempt_id))
         if cached is not MISSING:
-            return cached  # type: ignore[no-any-return]
+            return cached
         return self._one(LEASES, "attempt_id = %s", (attempt_id,))
 
     def insert_lease(self, lease: Record) -> None:

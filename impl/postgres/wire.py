@@ -87,12 +87,6 @@ def _prepared(conn: psycopg.Connection[Any]) -> _Prepared:
         return found
 
 
-def forget_prepared(conn: psycopg.Connection[Any]) -> None:
-    """Drop the record of `conn`'s named statements (after something deallocated them server-side)."""
-    with _PREPARED_LOCK:
-        _PREPARED.pop(conn, None)
-
-
 def run(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> list[list[Row] | None]:
     """Send `statements` as one pipeline (one round trip) and return each one's rows (None for a
     statement that returns no rows). After every result up to the Sync was read, the first error
