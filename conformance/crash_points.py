@@ -33,7 +33,9 @@ class Coverage:
     commands: Counter[str] = field(default_factory=Counter)  # writing command steps per name
     sqlite: Counter[str] = field(default_factory=Counter)  # crash points per command name
     postgres: Counter[str] = field(default_factory=Counter)
-    per_trace: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # name → (commands, sqlite, pg)
+    postgres_round_trips: Counter[str] = field(default_factory=Counter)  # of them, at round-trip boundaries
+    # name → (commands, sqlite, pg, pg at round-trip boundaries)
+    per_trace: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -57,12 +59,13 @@ def measure(traces: list[Trace], server: PgServer | None = None) -> Coverage:
         coverage.commands.update(names)
         coverage.sqlite.update(sqlite.by_command)
         coverage.postgres.update(pg.by_command)
-        coverage.per_trace[trace.name] = (len(names), sqlite.crash_points, pg.crash_points)
+        coverage.postgres_round_trips.update(pg.round_trips_by_command)
+        coverage.per_trace[trace.name] = (len(names), sqlite.crash_points, pg.crash_points, pg.round_trip_points)
     return coverage
 
 
-def trace_row(name: str, counts: tuple[int, int, int]) -> str:
-    return f"| {name} | {counts[0]} | {counts[1]} | {counts[2]} |"
+def trace_row(name: str, counts: tuple[int, int, int, int]) -> str:
+    return f"| {name} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} |"
 
 
 def render(coverage: Coverage) -> str:
@@ -74,21 +77,26 @@ def render(coverage: Coverage) -> str:
            "with the model.", "",
            "* SQLite (`conformance/crashes.py`): before statement k, the database files are copied as a killed",
            "  process leaves them and recovered, and statement k raises; both must show the state before.",
-           "* PostgreSQL (`conformance/pg_crashes.py`): before statement k (BEGIN, each store statement,",
-           "  COMMIT), the command's backend is terminated from a second connection; the command must fail",
-           "  with Unavailable and a fresh connection must read the state before.",
+           "* PostgreSQL (`conformance/pg_crashes.py`): before statement k (BEGIN, its SET LOCALs, each store",
+           "  statement, COMMIT), the command's backend is terminated from a second connection; the command",
+           "  must fail with Unavailable and a fresh connection must read the state before. The backend sends",
+           "  its statements in a few round trips (docs/decisions.md Q-62); a crash point inside a round trip",
+           "  first sends the statements before it, so the server has run exactly statements 1..k-1. The last",
+           "  column counts the crash points that are round-trip boundaries of the unmodified backend.",
            "* converge_cancellation_page: not injected on SQLite (an aborted workflow is a `failed` outcome of",
            "  the page by design); on PostgreSQL its scan and its first workflow transaction are (the caller",
            "  dies mid-page). Its later workflows are converge_cancellation transactions, covered above it.",
            "", "## Per command", "",
-           "| command | commands in the corpus | SQLite crash points | PostgreSQL crash points |",
-           "|---|---|---|---|"]
+           "| command | commands in the corpus | SQLite crash points | PostgreSQL crash points | "
+           "of them round-trip boundaries |",
+           "|---|---|---|---|---|"]
     for name in sorted(T.WRITING_COMMANDS):
-        out.append(f"| {name} | {coverage.commands[name]} | {coverage.sqlite[name]} | {coverage.postgres[name]} |")
+        out.append(f"| {name} | {coverage.commands[name]} | {coverage.sqlite[name]} | {coverage.postgres[name]} | "
+                   f"{coverage.postgres_round_trips[name]} |")
     out.append(f"| **total** | {sum(coverage.commands.values())} | {sum(coverage.sqlite.values())} | "
-               f"{sum(coverage.postgres.values())} |")
-    out += ["", "## Per trace", "", "| trace | writing commands | SQLite crash points | PostgreSQL crash points |",
-            "|---|---|---|---|"]
+               f"{sum(coverage.postgres.values())} | {sum(coverage.postgres_round_trips.values())} |")
+    out += ["", "## Per trace", "", "| trace | writing commands | SQLite crash points | PostgreSQL crash points | "
+            "of them round-trip boundaries |", "|---|---|---|---|---|"]
     out += [trace_row(name, counts) for name, counts in sorted(coverage.per_trace.items())]
     return "\n".join(out) + "\n"
 

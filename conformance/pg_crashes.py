@@ -1,9 +1,17 @@
 """Crashes at every statement boundary of every writing command, and server crashes, on PostgreSQL.
 
 The mirror of crashes.py (SQLite). Statement k of a writing command is the k-th statement its
-connection sends inside the command: BEGIN (with its SET LOCALs), every store statement, COMMIT
-(not the ROLLBACK of a command that failed on its own). For each writing command of a trace and
-each k, the command is started and, just before statement k:
+connection sends inside the command: BEGIN, its SET LOCALs, every store statement, COMMIT (not the
+ROLLBACK of a command that failed on its own). The backend sends its statements in batches, one
+round trip each (impl/postgres/session.py, docs/decisions.md Q-62); every statement is still a
+crash point. Before statement k the statements of its batch that precede it are sent as a round
+trip of their own (so the server has run exactly statements 1..k-1), then the crash is injected,
+then the rest of the batch goes out. A crash point that is the first statement of a batch is a
+round-trip boundary of the unmodified backend (`round_trip_points`); one inside a batch stands for
+the backend dying while it works through a pipeline.
+
+For each writing command of a trace and each k, the command is started and, just before
+statement k:
 
 * `kill` mode: a second connection terminates the command's backend (`pg_terminate_backend`, waiting
   until it is gone), then statement k goes out on the dead connection. The command must fail with
@@ -12,11 +20,11 @@ each k, the command is started and, just before statement k:
   the real one, compared with the model by the lockstep harness as usual, so re-running a killed
   command gives the model's outcome.
 * `server` mode: the server is crashed (`pg_ctl stop -m immediate`) before the planned statements
-  (inside the transaction) and right after every planned command was acknowledged (between
-  commands), then restarted; crash recovery must keep every acknowledged commit (the lockstep
-  harness compares the durable snapshot with the model after every step) and nothing of the
-  interrupted transaction (the state equals the state before the command), and the trace runs on
-  to its verdict.
+  (inside the transaction: before COMMIT, every write sent) and right after every planned command
+  was acknowledged (between commands), then restarted; crash recovery must keep every acknowledged
+  commit (the lockstep harness compares the durable snapshot with the model after every step) and
+  nothing of the interrupted transaction (the state equals the state before the command), and the
+  trace runs on to its verdict.
 
 converge_cancellation_page commits one workflow at a time by design (storage.md §6.1), and a
 workflow's failure is an outcome of the page, not an error. Its crash points are those of its scan
@@ -30,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +48,7 @@ from qlwf.impl.postgres.adapter import PostgresAdapter
 from qlwf.impl.postgres.conformance import shared_server
 from qlwf.impl.postgres.database import PgDatabase
 from qlwf.impl.postgres.server import PgServer, ThrowawayCluster, temporary_database
+from qlwf.impl.postgres.session import Boundaries
 from qlwf.model import tables as T
 from qlwf.model.errors import Unavailable
 
@@ -59,9 +68,12 @@ class InjectedCrash(Exception):
 
 @dataclass
 class StatementPlan:
+    """Where the current command crashes (impl/postgres/session.py `Boundaries`)."""
+
     at: int | None = None  # crash before this statement of the current command (1-based)
     seen: int = 0
     fired: bool = False
+    first_of_round_trip: bool = False  # the statement it fired before opened a round trip
     committed: bool = False  # the page: a COMMIT went through (its first workflow is durable)
     action: Callable[[psycopg.Connection[Any]], None] | None = None
     raise_after: bool = False  # the page: the caller dies too
@@ -70,48 +82,42 @@ class StatementPlan:
     def arm(self, at: int | None, action: Callable[[psycopg.Connection[Any]], None] | None = None,
             raise_after: bool = False, at_commit: bool = False) -> None:
         self.at, self.seen, self.fired, self.committed = at, 0, False, False
+        self.first_of_round_trip = False
         self.action, self.raise_after, self.at_commit = action, raise_after, at_commit
 
-    def boundary(self, conn: psycopg.Connection[Any], query: Any) -> None:
+    def interrupt_before(self, sql: str, first: bool) -> bool:
         # A ROLLBACK is the error path of a command that already failed on its own: not a crash point.
-        if self.at is None or self.fired or self.committed or query == "ROLLBACK":
-            return
+        if self.at is None or self.fired or self.committed or sql == "ROLLBACK":
+            return False
         self.seen += 1
-        if (query == "COMMIT") if self.at_commit else self.seen == self.at:
-            self.fired = True
-            if self.action is not None:
-                self.action(conn)
-            if self.raise_after:
-                # let the driver notice the dead connection, so that the pool discards it
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("SELECT 1")
-                raise InjectedCrash(f"the caller died before statement {self.seen}")
+        hit = (sql == "COMMIT") if self.at_commit else self.seen == self.at
+        if hit:
+            self.first_of_round_trip = first
+        return hit
 
+    def interrupt(self, conn: psycopg.Connection[Any]) -> None:
+        self.fired = True
+        if self.action is not None:
+            self.action(conn)
+        if self.raise_after:
+            # let the driver notice the dead connection, so that the pool discards it
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT 1")
+            raise InjectedCrash(f"the caller died before statement {self.seen}")
 
-class HookedConnection:
-    """A pooled connection seen through the plan: every statement is a crash point first."""
-
-    def __init__(self, conn: psycopg.Connection[Any], plan: StatementPlan) -> None:
-        self._conn = conn
-        self._plan = plan
-
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        self._plan.boundary(self._conn, query)
-        cursor = self._conn.execute(query, params, **kwargs)
-        if query == "COMMIT" and self._plan.raise_after:  # the page: one workflow is durable now
-            self._plan.committed = True
-        return cursor
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
+    def sent(self, statements: Sequence[str]) -> None:
+        if self.raise_after and "COMMIT" in statements:  # the page: one workflow is durable now
+            self.committed = True
 
 
 @dataclass
 class PgCrashStats:
     commands: int = 0
     crash_points: int = 0  # statement boundaries injected (kills or server crashes inside a transaction)
+    round_trip_points: int = 0  # of them, at the first statement of one of the backend's round trips
     server_crashes: int = 0  # every pg_ctl stop -m immediate, inside transactions and between commands
     by_command: Counter[str] = field(default_factory=Counter)  # crash points per command name
+    round_trips_by_command: Counter[str] = field(default_factory=Counter)  # round-trip boundaries per command
 
 
 class CrashingPgAdapter(PostgresAdapter):
@@ -131,10 +137,8 @@ class CrashingPgAdapter(PostgresAdapter):
         super().close()
         self._admin.close()
 
-    @contextlib.contextmanager
-    def _connection(self, fail: Any) -> Iterator[Any]:
-        with super()._connection(fail) as conn:
-            yield HookedConnection(conn, self.plan) if self.plan.at is not None else conn
+    def _boundaries(self) -> Boundaries | None:
+        return self.plan if self.plan.at is not None else None
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
         if name not in T.WRITING_COMMANDS:
@@ -178,6 +182,8 @@ class CrashingPgAdapter(PostgresAdapter):
 
     def _check(self, name: str, k: int, before: Snapshot, error: Exception) -> None:
         self.crash_stats.crash_points += 1
+        self.crash_stats.round_trip_points += self.plan.first_of_round_trip
+        self.crash_stats.round_trips_by_command[name] += self.plan.first_of_round_trip
         self.crash_stats.by_command[name] += 1
         if not isinstance(error, Unavailable | InjectedCrash):
             raise CrashAtomicityError(f"{name}: a crash before statement {k} was reported as "
@@ -292,7 +298,8 @@ def gate_crashes(quick: bool, traces: list[Trace] | None = None) -> CrashEvidenc
                 if not result.passed:
                     problems.append(rendered(f"server crash on {trace.name}", result))
     counts = {"kill_commands": kills.commands, "kill_points": kills.crash_points,
-              "server_crashes": crashes.server_crashes}
-    summary = (f"{kills.crash_points} backend kills in {kills.commands} commands atomic; {crashes.server_crashes} "
+              "kill_round_trips": kills.round_trip_points, "server_crashes": crashes.server_crashes}
+    summary = (f"{kills.crash_points} backend kills ({kills.round_trip_points} of them at round-trip boundaries) in "
+               f"{kills.commands} commands atomic; {crashes.server_crashes} "
                "server crashes (stop -m immediate, fsync on) kept every acknowledged commit and no uncommitted write")
     return CrashEvidence(summary, counts, tuple(problems), tuple(gaps))

@@ -21,13 +21,16 @@ def test_the_committed_table_matches_a_fresh_measurement(pg_server: PgServer) ->
     trace = next(t for t in runner.corpus_traces() if t.name == TRACE)
     sqlite, pg = measure_trace(trace, pg_server)
     commands = sum(1 for s in trace.steps if s["op"] == "command" and s["name"] in T.WRITING_COMMANDS)
-    assert trace_row(TRACE, (commands, sqlite.crash_points, pg.crash_points)) in text.splitlines(), \
-        "docs/crash-points.md is stale: run python -m qlwf.conformance.crash_points"
+    row = trace_row(TRACE, (commands, sqlite.crash_points, pg.crash_points, pg.round_trip_points))
+    assert row in text.splitlines(), "docs/crash-points.md is stale: run python -m qlwf.conformance.crash_points"
 
 
 def test_every_writing_command_has_crash_points_on_postgres() -> None:
-    rows = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in
-            re.finditer(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
+    rows = {m.group(1): tuple(int(m.group(i)) for i in range(2, 6)) for m in
+            re.finditer(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", DOC.read_text(encoding="utf-8"),
+                        re.M)}
     assert set(T.WRITING_COMMANDS) <= set(rows)
     assert all(rows[name][2] > 0 for name in T.WRITING_COMMANDS)
+    # every round trip is a crash point too: each command's first at least
+    assert all(rows[name][3] >= rows[name][0] for name in T.WRITING_COMMANDS)
     assert all(rows[name][1] > 0 for name in T.WRITING_COMMANDS if name != "converge_cancellation_page")

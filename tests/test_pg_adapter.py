@@ -116,22 +116,31 @@ def test_writing_commands_run_serializable_with_transaction_local_limits(db: PgD
 
 
 class Recording(PgStore):
-    """Logs every lock hook and checks, from another session, that the authority lock is really held."""
+    """Logs every lock hook and checks, from another session, that the authority lock is really held
+    by the time the Run row lock is asked for (the lock statements are queued and go out together
+    with the next read: for a worker command, the attempt read between the two)."""
 
     calls: ClassVar[list[tuple[Any, ...]]] = []
 
     def lock_attempt_authority(self, attempt_id: str) -> None:
         super().lock_attempt_authority(attempt_id)
+        Recording.calls.append(("authority", attempt_id))
+
+    def _authority_held(self) -> None:
+        last = Recording.calls[-1] if Recording.calls else ()
+        if len(last) != 2 or last[0] != "authority":
+            return
         with psycopg.connect(same_server(self.conn), autocommit=True) as other:
             taken = other.execute("SELECT pg_try_advisory_lock(hashtextextended('ql3-attempt-authority:' || %s, 0))",
-                                  (attempt_id,)).fetchone()
-        Recording.calls.append(("authority", attempt_id, taken == (False,)))
+                                  (last[1],)).fetchone()
+        Recording.calls[-1] = (*last, taken == (False,))
 
     def try_lock_attempt_authorities(self, attempt_ids: Sequence[str]) -> bool:
         Recording.calls.append(("try", tuple(attempt_ids)))
         return super().try_lock_attempt_authorities(attempt_ids)
 
     def lock_run(self, run_id: str) -> None:
+        self._authority_held()
         Recording.calls.append(("run", run_id))
         super().lock_run(run_id)
 

@@ -11,7 +11,7 @@ and their range is left to the record rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from qlwf.impl.commands import columns as C
@@ -136,14 +136,18 @@ class Table:
         self.columns = layout.columns
         self._bigint_index = tuple(i for i, c in enumerate(layout.columns) if c in bigints)
         self.select_list = ", ".join(layout.columns)
+        json_columns = {layout.column_of[k] for k in layout.json_keys}
+        # The same columns with jsonb as its text (snapshot.py keys its memo on whole rows, which must hash).
+        self.text_select_list = ", ".join(f"{c}::text" if c in json_columns else c for c in layout.columns)
         values = ", ".join("%s::jsonb" if k in layout.json_keys else "%s" for k in layout.stored_keys)
         self.insert_sql = f"INSERT INTO {name} ({self.select_list}) VALUES ({values})"
 
-    def to_record(self, row: Sequence[Any]) -> Record:
+    def to_record(self, row: Sequence[Any], parse: Callable[[Any], Any] = lambda v: v) -> Record:
+        """The record of a row; `parse` decodes its JSON columns (by default jsonb arrives decoded)."""
         values = list(row)
         for i in self._bigint_index:
             values[i] = bigint(values[i])
-        record = self.layout.to_record(values, parse=lambda v: v)  # jsonb arrives already decoded
+        record = self.layout.to_record(values, parse=parse)
         if self.layout is C.EVENTS:
             record["payload"] = payload_value(record["payload"])
         elif self.layout is C.MUTATIONS:

@@ -2,7 +2,9 @@
 
 Connections run in autocommit mode: a writing command opens its own transaction block with an
 explicit `BEGIN ISOLATION LEVEL SERIALIZABLE` (storage.md §6.2); queries run as single statements
-outside any transaction block.
+outside any transaction block. psycopg's automatic preparation is off on them: the store's
+statements are prepared by wire.py, and psycopg answers a ROLLBACK with `DEALLOCATE ALL` once it
+has prepared statements of its own, which would drop wire.py's too.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class PgDatabase:
         self.conninfo = conninfo
         self.timeout_s = timeout_s
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            conninfo, min_size=size, max_size=size, kwargs={"autocommit": True}, timeout=timeout_s, open=False,
-            name="qlwf-pg")
+            conninfo, min_size=size, max_size=size, kwargs={"autocommit": True, "prepare_threshold": None},
+            timeout=timeout_s, open=False, name="qlwf-pg")
         self.pool.open(wait=False)
         self._dirty_checks = False  # set by drift injection
         self._lock = threading.Lock()

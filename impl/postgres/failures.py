@@ -8,6 +8,9 @@ from qlwf.model.errors import CommandErrors, QlwfError
 RETRYABLE = frozenset({"40001", "40P01", "55P03"})
 # Foreign key, unique and check violations.
 CONSTRAINT = frozenset({"23503", "23505", "23514"})
+# A compare-and-set that changed no row (schema.sql `ql3.require_one_row`): Conflict `concurrent_change`
+# (storage.md §5). A class of its own ("QL"), used by no PostgreSQL error, so nothing else maps to it.
+CAS_FAILED = "QL001"
 
 
 def sqlstate(error: BaseException) -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from qlwf.impl.commands.pages import frontier_candidate
 from qlwf.impl.commands.store import ACTIVE_SQL
 from qlwf.model import tables as T
@@ -26,9 +25,10 @@ from .codec import (
     TASK_RECEIPTS_TABLE,
     bigint,
 )
+from .session import PgSession
 
 Cursor = tuple[Any, ...] | None
-Conn = psycopg.Connection[Any]
+Conn = PgSession
 
 _TERMINAL = ", ".join(f"'{s}'" for s in sorted(T.TERMINAL_STEP))
 _BLOCKING = ", ".join(f"'{s}'" for s in sorted(T.BLOCKING_STEP))
@@ -99,7 +99,7 @@ def _rows(conn: Conn, query: str, sql: str, after: Cursor, limit: int,
           leading: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     keyset = "" if after is None else f"AND {_KEYSETS[query]} > (%s, %s)"
     params = (*leading, *(after or ()), limit + 1)
-    return conn.execute(sql.format(keyset=keyset), params).fetchall()
+    return conn.fetchall(sql.format(keyset=keyset), params)  # one round trip, a prepared statement (wire.py)
 
 
 def frontier_rows(conn: Conn, after: Cursor, limit: int, fail: CommandErrors) -> list[Record]:

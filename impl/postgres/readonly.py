@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
 
 from .codec import ALL_TABLES, STEP_RUNS_TABLE
+from .session import PgSession
 from .snapshot import Record, read_snapshot
 
 _CONNECT_TIMEOUT_S = 10
@@ -55,7 +56,7 @@ def load(dsn: str) -> dict[str, list[Record]]:
         check_layout(conn)
         if not transaction_read_only(conn):  # a pooler or server setting that overrides the session's
             raise UnreadableDatabase("the server did not open a READ ONLY transaction")
-        snap = read_snapshot(conn)
+        snap = read_snapshot(PgSession(conn))  # inside the REPEATABLE READ READ ONLY transaction opened above
         snap[MIRRORS] = [{"id": i, "runId": r, "json": j} for i, r, j in conn.execute(
             f'SELECT id, run_id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"')]
         return snap

@@ -48,6 +48,22 @@ AS $fn$
     FROM jsonb_path_query(doc, 'strict $.**') AS node
 $fn$;
 
+-- A compare-and-set must change exactly one row (storage.md §5). The backend sends a CAS as
+--   WITH cas AS (UPDATE … RETURNING 1) SELECT ql3.require_one_row((SELECT count(*) FROM cas), 'what')
+-- ahead of COMMIT in one round trip (docs/decisions.md Q-62); a CAS that matched no row must fail on
+-- the server, so that the rest of the batch, COMMIT included, never runs. SQLSTATE QL001 is used by
+-- nothing else and maps to Conflict `concurrent_change` (impl/postgres/failures.py). Reads nothing,
+-- writes nothing.
+CREATE OR REPLACE FUNCTION ql3.require_one_row(changed bigint, what text) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    IF changed IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QL001', MESSAGE = what;
+    END IF;
+END
+$fn$;
+
 ---------------------------------------------------------------------------------------------------
 -- §2.1 Runs
 
