@@ -92,7 +92,8 @@ print(under, parent_restored)
 """
 
 # Many pools created and left through `with` (Pool.terminate) under the handlers: before forked
-# workers took the default dispositions back, one of a few hundred hung in terminate's join.
+# workers took the default dispositions back, one of a few hundred hung in terminate's join (a hang is
+# likely, not certain, within 100: the disposition test above is the deterministic guard).
 _POOL_CYCLES = """
 import multiprocessing
 from qlwf import cli
@@ -101,7 +102,7 @@ def work(i: int) -> int:
     return sum(range(20_000)) + i
 
 cli._install_interrupt_handlers()
-for _ in range(200):
+for _ in range(100):
     with multiprocessing.get_context("fork").Pool(2) as pool:
         list(pool.imap_unordered(work, range(4)))
 print("done")
@@ -122,4 +123,4 @@ def test_forked_workers_take_the_default_interrupt_dispositions() -> None:
 
 
 def test_pools_under_the_interrupt_handlers_always_terminate() -> None:
-    assert _python(_POOL_CYCLES, timeout=120) == "done"
+    assert _python(_POOL_CYCLES, timeout=300) == "done"  # about 1.5 s quiet; generous for a loaded machine
