@@ -29,7 +29,7 @@ from .authority import OperationAuthority
 from .failures import map_storage_error
 from .memory import MemoryStorePool, open_memory_database
 from .migrations import open_database
-from .snapshot import JsonMemo, read_snapshot
+from .snapshot import SnapshotReader
 from .store import SqliteStore
 
 
@@ -52,7 +52,7 @@ class SqliteAdapter(SqlAdapter):
         self._conn = pool.acquire() if pool is not None else open_memory_database() if memory else open_database(path)
         self._store = store_factory(self._conn)
         self._authority = OperationAuthority()
-        self._json_memo = JsonMemo()
+        self._reader = SnapshotReader()
 
     def close(self) -> None:
         if self._authority.closed:
@@ -98,7 +98,7 @@ class SqliteAdapter(SqlAdapter):
         return self._store.database_time
 
     def _read_snapshot(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> Snapshot:
-        return read_snapshot(conn, self._json_memo, kinds)
+        return self._reader(conn, kinds)
 
     def _corrupt(self, conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn, kind, key, patch)
