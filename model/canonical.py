@@ -58,8 +58,10 @@ def _plain(value: Any, depth: int = 0) -> bool:
         return True
     if depth >= _PLAIN_DEPTH:
         return False
-    scalars = _PLAIN_SCALARS
-    return all(type(item) in scalars or _plain(item, depth + 1) for item in items)
+    for item in items:  # a loop, not all(...): no generator frame per container
+        if type(item) not in _PLAIN_SCALARS and not _plain(item, depth + 1):
+            return False
+    return True
 
 
 def canonical_json(value: Any) -> bytes:
