@@ -24,12 +24,11 @@ from qlwf.impl.port import Clock, Record, Snapshot
 from qlwf.impl.sql_adapter import Observer, SqlAdapter
 from qlwf.model.errors import CommandErrors, QlwfError
 
-from . import changes, drift_injection, queries
+from . import drift_injection, queries
 from .authority import OperationAuthority
 from .failures import map_storage_error
 from .memory import MemoryStorePool, open_memory_database
 from .migrations import open_database
-from .readback import ChangedRowsReader
 from .snapshot import SnapshotReader
 from .store import SqliteStore
 
@@ -54,9 +53,6 @@ class SqliteAdapter(SqlAdapter):
         self._store = store_factory(self._conn)
         self._authority = OperationAuthority()
         self._reader = SnapshotReader()
-        # A pool's stores log their changed rows: reads of some kinds then read only those (Q-65).
-        self._changes = (ChangedRowsReader(self._reader) if pool is not None and changes.installed(self._conn)
-                         else None)
 
     def close(self) -> None:
         if self._authority.closed:
@@ -72,10 +68,8 @@ class SqliteAdapter(SqlAdapter):
         """The single connection (tests and diagnostics only; never use it while a command runs).
 
         A connection handed out here never goes back to a pool: its user may have registered
-        functions or changed settings that the pool's check cannot read back, or changed rows in
-        ways the change log cannot see (incremental blob I/O): every later read is a whole read."""
+        functions or changed settings that the pool's check cannot read back."""
         self._pool = None
-        self._changes = None
         return self._conn
 
     # ---- the dialect ------------------------------------------------------------------------------
@@ -104,19 +98,7 @@ class SqliteAdapter(SqlAdapter):
         return self._store.database_time
 
     def _read_snapshot(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> Snapshot:
-        if self._changes is None:
-            return self._reader(conn, kinds)
-        return self._changes.whole(conn) if kinds is None else self._changes.changed(conn, kinds)
-
-    def written_kinds(self) -> frozenset[str]:
-        """The Store's account (impl/sql_adapter.py), and with a change log also every kind the
-        database saw a row of change since that kind was last read, whoever changed it."""
-        written = super().written_kinds()
-        if self._changes is None:
-            return written
-        fail = CommandErrors("cancellation_candidates")
-        with self._operation(fail):
-            return written | self._changes.changed_kinds(self._conn)
+        return self._reader(conn, kinds)
 
     def _corrupt(self, conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn, kind, key, patch)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import sqlite3
 
-from . import changes
 from .migrations import SCHEMA_VERSION, DatabaseOpenError, open_database, schema_version
 
 # The connection-level settings a command or a read could observe, compared with a fresh clone's
@@ -65,9 +64,9 @@ def _observable(conn: sqlite3.Connection) -> tuple[object, ...]:
 
 @functools.cache
 def _fresh() -> tuple[tuple[object, ...], tuple[str, ...]]:
-    """A fresh store's observable settings, and its tables (children before parents is not needed:
+    """A fresh clone's observable settings, and its tables (children before parents is not needed:
     the tables are emptied with foreign keys off)."""
-    conn = _new_store()
+    conn = open_memory_database()
     try:
         tables = tuple(name for (name,) in conn.execute(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"))
@@ -98,28 +97,15 @@ def _emptied(conn: sqlite3.Connection) -> bool:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             conn.execute("PRAGMA foreign_keys = ON")
-        changes.take(conn)  # the deletions just logged
         left = conn.execute(" UNION ALL ".join(f'SELECT 1 FROM "{table}"' for table in tables) + " LIMIT 1").fetchone()
         return left is None and _observable(conn) == expected
     except sqlite3.Error:
         return False
 
 
-def _new_store() -> sqlite3.Connection:
-    """A fresh clone that logs its changed rows (impl/sqlite/changes.py, decisions Q-65)."""
-    conn = open_memory_database()
-    try:
-        changes.install(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 class MemoryStorePool:
     """Empty in-memory stores for one run of traces: a closed store's connection comes back emptied
-    (`_emptied`), or a fresh clone when none is idle; each logs its changed rows (Q-65). Not
-    thread-safe: one run, one thread."""
+    (`_emptied`), or a fresh clone when none is idle. Not thread-safe: one run, one thread."""
 
     def __init__(self, idle_limit: int = 2) -> None:
         self.idle_limit = idle_limit
@@ -127,7 +113,7 @@ class MemoryStorePool:
         self._closed = False
 
     def acquire(self) -> sqlite3.Connection:
-        return self._idle.pop() if self._idle else _new_store()
+        return self._idle.pop() if self._idle else open_memory_database()
 
     def release(self, conn: sqlite3.Connection) -> None:
         """Take back a connection its store no longer uses; keep it only if it empties cleanly."""

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import operator
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .codec import (
@@ -50,37 +48,8 @@ Row = tuple[Any, ...]
 Decode = Callable[[Row, Parse], Record]
 
 
-@dataclass(frozen=True)
-class KindReader:
-    """How one snapshot kind is read: all rows in key order, one row by its key, the row count."""
-
-    table: str
-    columns: tuple[str, ...]  # selected, in row order
-    key_columns: tuple[str, ...]  # the key, which is also the order (BINARY collation: code points, D-9)
-    decode: Decode
-
-    @property
-    def sql(self) -> str:
-        return (f'SELECT {", ".join(self.columns)} FROM "{self.table}" '
-                f'ORDER BY {", ".join(self.key_columns)}')
-
-    @property
-    def by_key_sql(self) -> str:
-        where = " AND ".join(f"{c} = ?" for c in self.key_columns)
-        return f'SELECT {", ".join(self.columns)} FROM "{self.table}" WHERE {where}'
-
-    @property
-    def count_sql(self) -> str:
-        return f'SELECT count(*) FROM "{self.table}"'
-
-    @property
-    def key(self) -> Callable[[Row], Any]:
-        """A row's key: the key column's value, or a tuple of them."""
-        return operator.itemgetter(*(self.columns.index(c) for c in self.key_columns))
-
-
-def _codec(codec: Codec, *key: str) -> KindReader:
-    return KindReader(codec.table, codec.columns, key, codec.to_record)
+def _codec(codec: Codec, order: str) -> tuple[str, Decode]:
+    return f'SELECT {codec.select_list} FROM "{codec.table}" ORDER BY {order}', codec.to_record
 
 
 def _admission(row: Row, parse: Parse) -> Record:
@@ -92,32 +61,32 @@ def _admission_step(row: Row, parse: Parse) -> Record:
 
 
 def _receipt(row: Row, parse: Parse) -> Record:
-    record: Record = parse(row[1])
+    record: Record = parse(row[0])
     return record
 
 
-# One reader per snapshot kind, in the port's kind order.
-READERS: dict[str, KindReader] = {
-    "admissions": KindReader(ADMISSIONS_TABLE, ("plan_digest", "plan_json", "receipt_json"), ("plan_digest",),
-                             _admission),
-    "admissionSteps": KindReader(ADMISSION_STEPS_TABLE, ADMISSION_STEP_COLUMNS, ("plan_digest", "step_key"),
-                                 _admission_step),
+# One query and one row decoder per snapshot kind, in the port's kind order; BINARY collation orders
+# text by code point (D-9).
+READERS: dict[str, tuple[str, Decode]] = {
+    "admissions": (f'SELECT plan_digest, plan_json, receipt_json FROM "{ADMISSIONS_TABLE}" ORDER BY plan_digest',
+                   _admission),
+    "admissionSteps": (f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" '
+                       "ORDER BY plan_digest, step_key", _admission_step),
     "runs": _codec(RUNS, "id"),
     "stepRuns": _codec(STEP_RUNS, "id"),
     "mutations": _codec(MUTATIONS, "mutation_id"),
-    "events": _codec(EVENTS, "run_id", "sequence"),
+    "events": _codec(EVENTS, "run_id, sequence"),
     "attempts": _codec(ATTEMPTS, "id"),
-    "taskReceipts": KindReader(TASK_RECEIPTS_TABLE, ("attempt_id", "receipt_json"), ("attempt_id",), _receipt),
+    "taskReceipts": (f'SELECT receipt_json FROM "{TASK_RECEIPTS_TABLE}" ORDER BY attempt_id', _receipt),
     "leases": _codec(LEASES, "attempt_id"),
 }
-_SQL = {kind: reader.sql for kind, reader in READERS.items()}
 
 
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
                   kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
     """Every record kind (or only `kinds`) sorted by its key."""
-    return {kind: [reader.decode(row, parse) for row in conn.execute(_SQL[kind])]
-            for kind, reader in READERS.items() if kinds is None or kind in kinds}
+    return {kind: [decode(row, parse) for row in conn.execute(sql)]
+            for kind, (sql, decode) in READERS.items() if kinds is None or kind in kinds}
 
 
 class SnapshotReader:
@@ -137,19 +106,20 @@ class SnapshotReader:
         self._decoded: dict[str, dict[Row, Record]] = {kind: {} for kind in READERS}
 
     def __call__(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
-        return {kind: self.records(kind, conn.execute(_SQL[kind]).fetchall())
-                for kind in READERS if kinds is None or kind in kinds}
-
-    def records(self, kind: str, rows: list[Row]) -> list[Record]:
-        """The records of rows of `kind`, decoding only rows not seen before."""
-        decoded = self._decoded[kind]
-        if len(decoded) + len(rows) > self.limit:
-            decoded.clear()
-        decode, parse = READERS[kind].decode, self.parse
-        records = []
-        for row in rows:
-            record = decoded.get(row)
-            if record is None:
-                record = decoded[row] = decode(row, parse)
-            records.append(record)
-        return records
+        parse = self.parse
+        out: dict[str, list[Record]] = {}
+        for kind, (sql, decode) in READERS.items():
+            if kinds is not None and kind not in kinds:
+                continue
+            rows = conn.execute(sql).fetchall()
+            decoded = self._decoded[kind]
+            if len(decoded) + len(rows) > self.limit:
+                decoded.clear()
+            records = []
+            for row in rows:
+                record = decoded.get(row)
+                if record is None:
+                    record = decoded[row] = decode(row, parse)
+                records.append(record)
+            out[kind] = records
+        return out
