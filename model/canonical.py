@@ -69,7 +69,7 @@ def canonical_json(value: Any) -> bytes:
 
     Values of the plain JSON domain (`_plain`: about a third of the cost of the reference encoder
     to check) are written by orjson (about a tenth); anything else, and anything orjson refuses,
-    by the reference encoder, which then writes it or raises exactly as before."""
+    by the reference encoder, which then writes it or raises exactly as before (decisions Q-66)."""
     if _orjson is not None and _plain(value):
         try:
             encoded: bytes = _orjson.dumps(value)

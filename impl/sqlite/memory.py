@@ -15,6 +15,7 @@ connection keeps its statement cache (decisions Q-63).
 from __future__ import annotations
 
 import functools
+import graphlib
 import sqlite3
 
 from .migrations import SCHEMA_VERSION, DatabaseOpenError, open_database, schema_version
@@ -64,13 +65,18 @@ def _observable(conn: sqlite3.Connection) -> tuple[object, ...]:
 
 @functools.cache
 def _fresh() -> tuple[tuple[object, ...], tuple[str, ...]]:
-    """A fresh clone's observable settings, and its tables (children before parents is not needed:
-    the tables are emptied with foreign keys off)."""
+    """A fresh clone's observable settings, and its tables with every table before those it
+    references (children first: emptied in this order with foreign keys on, no row is ever
+    referenced from a row not yet deleted, so no ON DELETE action or RESTRICT has anything to do)."""
     conn = open_memory_database()
     try:
-        tables = tuple(name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"))
-        return _observable(conn), tables
+        names = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        parents = {name: {row[2] for row in conn.execute(f'PRAGMA foreign_key_list("{name}")')} - {name}
+                   for name in names}
+        # graphlib orders a node after its predecessors: parents first; reversed, children first
+        order = tuple(reversed(tuple(graphlib.TopologicalSorter(parents).static_order())))
+        return _observable(conn), order
     finally:
         conn.close()
 
@@ -87,16 +93,16 @@ def _emptied(conn: sqlite3.Connection) -> bool:
         conn.set_progress_handler(None, 0)
         conn.set_authorizer(None)
         expected, tables = _fresh()
-        conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction; no ON DELETE action fires
+        # No pragma is set here: setting any flag pragma (foreign_keys too) expires every compiled
+        # statement of the connection, which is what reusing it is meant to keep.
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("BEGIN IMMEDIATE")
             for table in tables:
                 conn.execute(f'DELETE FROM "{table}"')
             conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            conn.execute("PRAGMA foreign_keys = ON")
         left = conn.execute(" UNION ALL ".join(f'SELECT 1 FROM "{table}"' for table in tables) + " LIMIT 1").fetchone()
         return left is None and _observable(conn) == expected
     except sqlite3.Error:

@@ -98,7 +98,8 @@ class SnapshotReader:
     decoding, never reading. Rows are compared with `==`, which is exact here because every table
     is STRICT with INTEGER and TEXT columns only (tests/test_sqlite_snapshot.py pins that): a row
     holds str, int and None, never a float that `==` would take for an int. Callers must treat the
-    records as read-only: they are shared between snapshots (so are their JSON values)."""
+    records as read-only: they are shared between snapshots (so are their JSON values). Decisions
+    Q-65."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self.limit = limit
