@@ -9,7 +9,8 @@ A clone still starts with no compiled statements, and compiling this schema's st
 CHECKs and triggers) was about a tenth of a conformance step. `MemoryStorePool` therefore hands
 a closed store's connection to the next trace, emptied in one transaction and checked to be
 indistinguishable from a fresh clone through everything a command or a read can observe; the
-connection keeps its statement cache (decisions Q-63).
+connection keeps its statement cache (decisions Q-63). Nothing here sets a pragma on a store it
+keeps: setting any flag pragma expires every compiled statement of the connection.
 """
 
 from __future__ import annotations
