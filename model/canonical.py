@@ -58,7 +58,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
         return True
     if depth >= _PLAIN_DEPTH:
         return False
-    for item in items:  # a loop, not all(...): no generator frame per container
+    for item in items:  # noqa: SIM110 - a loop, not all(...): no generator frame per container
         if type(item) not in _PLAIN_SCALARS and not _plain(item, depth + 1):
             return False
     return True
