@@ -4,7 +4,9 @@ Reproducible: fixed seeds (generated traces SEED, SEED+1, …) plus the golden c
 Each set runs side by side: `full` reads and compares the whole store after every step (the
 harness before incremental checks, full_every=1), `incremental` the default (lockstep.FULL_EVERY);
 with --invariants also `evaluated`, incremental but evaluating the invariants in full at every step
-(cross_check: the harness before decisions Q-60 decided exact read-backs without evaluating).
+(cross_check: the harness before decisions Q-60 decided exact read-backs without evaluating); on
+SQLite also `fresh-store`, incremental on a fresh in-memory store per trace (the backend before
+decisions Q-63: a new connection per trace compiles its statements anew).
 Run: python bench/bench_conformance.py [--traces N] [--seed S] [--backend sqlite] [--invariants]
 """
 
@@ -22,9 +24,9 @@ SEED = 20261129
 
 
 def measure(backend: str, traces: list[Trace], invariants: bool, full_every: int = FULL_EVERY,
-            cross_check: bool = False) -> tuple[list[LockstepResult], float, float, float]:
+            cross_check: bool = False, fresh: bool = False) -> tuple[list[LockstepResult], float, float, float]:
     """Results, total seconds, seconds spent opening/closing stores, and CPU seconds of this process."""
-    factory = backends.get(backend).create()
+    factory = backends.SqliteBackend(reuse=False) if fresh else backends.get(backend).create()
     check = load_invariant_check() if invariants else None
     results, opening = [], 0.0
     start, cpu = time.perf_counter(), time.process_time()
@@ -58,12 +60,15 @@ def main() -> None:
           f"invariants {'every step' if args.invariants else 'off'}")
     print(f"{'set':<10} {'compare':<12} {'traces':>6} {'steps':>7} {'steps/s':>9} {'model':>7} {'backend':>8} "
           f"{'read-back':>9} {'checks':>7} {'open':>6} {'steps/cpu-s':>12} {'evaluated':>10}")
+    modes = ("full", *(("evaluated",) if args.invariants else ()),
+             *(("fresh-store",) if args.backend == "sqlite" else ()), "incremental")
     runs = [(name, mode, traces) for name, traces in (("generated", generated), ("corpus", runner.corpus_traces()))
-            for mode in ("full", *(("evaluated",) if args.invariants else ()), "incremental")]
+            for mode in modes]
     verdicts: dict[str, list[tuple[str, bool]]] = {}
     for name, mode, traces in runs:
         every = 1 if mode == "full" else FULL_EVERY
-        results, total, opening, cpu = measure(args.backend, traces, args.invariants, every, mode == "evaluated")
+        results, total, opening, cpu = measure(args.backend, traces, args.invariants, every, mode == "evaluated",
+                                               mode == "fresh-store")
         verdicts.setdefault(name, []).append(tuple((r.trace, r.passed) for r in results))  # type: ignore[arg-type]
         failed = [r for r in results if not r.passed]
         steps = sum(r.steps for r in results)
@@ -79,7 +84,8 @@ def main() -> None:
           "model = the model's apply in lockstep, backend = the backend's commands, read-back = its snapshot(), "
           "checks = model snapshot, comparisons, invariants and recorded expectations, open = fresh store per trace; "
           "steps/cpu-s = steps per CPU second of this process, the backend's included for SQLite, less noisy on a "
-          "loaded machine; evaluated = steps whose invariants were evaluated in full, the others decided by Q-60)")
+          "loaded machine; evaluated = steps whose invariants were evaluated in full, the others decided by Q-60; "
+          "fresh-store = incremental on a fresh store per trace, without Q-63)")
 
 
 if __name__ == "__main__":

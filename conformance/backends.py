@@ -217,18 +217,29 @@ def get(name: str) -> BackendSpec:
 
 
 class SqliteBackend:
-    """A private in-memory SQLite database per trace (storage.md §6.1)."""
+    """A private in-memory SQLite database per trace (storage.md §6.1): a closed trace's store comes
+    back emptied for the next one, keeping its compiled statements (decisions Q-63)."""
 
-    def __init__(self, path: str = ":memory:") -> None:
+    def __init__(self, path: str = ":memory:", *, reuse: bool = True) -> None:
         self.path = path
+        self.reuse = reuse and path == ":memory:"
+        self._pool: Any = None
 
     def open(self) -> CommandPort:
         from qlwf.impl.sqlite.adapter import SqliteAdapter
 
-        return SqliteAdapter(self.path)
+        if not self.reuse:
+            return SqliteAdapter(self.path)
+        if self._pool is None:
+            from qlwf.impl.sqlite.memory import MemoryStorePool
+
+            self._pool = MemoryStorePool()
+        return SqliteAdapter(pool=self._pool)
 
     def shutdown(self) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 class ModelBackend:

@@ -55,7 +55,7 @@ def written_by_model(before: State, after: State) -> frozenset[str]:
     return frozenset(kind for kind, name in _KIND_FIELDS if getattr(before, name) is not getattr(after, name))
 
 
-def _exact_text(records: list[Record]) -> bytes | None:
+def _exact_text(records: Any) -> bytes | None:
     """A text that tells apart any two record lists `==` calls equal but a JSON reader would not:
     orjson keeps key order and writes true, 1, 1.0 and -0.0 apart. None when it cannot write them
     (an integer beyond 64 bits, a lone surrogate): such a kind is then never taken as exact."""
@@ -72,18 +72,58 @@ class ExactKinds:
     A kind is observed whenever it is compared (read afresh); a kind not read afresh is the previous
     read, which the model did not write either, so its status carries over. When every kind is
     exact, the invariants see the very same values on both sides, so the backend has no violation
-    that the model's state lacks (decisions Q-60)."""
+    that the model's state lacks (decisions Q-60).
+
+    Comparisons go record by record, and a (model record, backend record) pair found exactly equal
+    is remembered by identity for the rest of the trace: model records are never changed in place
+    (States are copy-on-write) and neither are read-back records (shared between snapshots), so the
+    same two objects compare the same way again. The model and the reader hand back unchanged
+    records as the same objects, so a step compares and encodes only the records it changed. This
+    is exactly the comparison of whole kinds (decisions Q-64): two lists are `==` iff they have the
+    same length and their items are pairwise `==`, and their orjson texts are equal iff the items'
+    texts are (each item is written as `[item]`, at the depth it has inside the kind's list)."""
 
     def __init__(self) -> None:
         self.inexact: set[str] = set(TABLES)
+        self._pairs: dict[tuple[int, int], tuple[Any, Any]] = {}  # holds both objects: their ids stay theirs
 
-    def observe(self, kinds: Iterable[str], model: Snapshot, backend: Snapshot) -> None:
+    def compare(self, kinds: Iterable[str], model: Snapshot, backend: Snapshot) -> bool:
+        """Whether every kind of `kinds` is `==` on both sides; if so, each is observed as exact or not."""
+        exact: dict[str, bool] = {}
         for kind in kinds:
-            mine = _exact_text(model[kind])
-            if mine is not None and mine == _exact_text(backend[kind]):
+            equal, exact[kind] = self._kind(model[kind], backend[kind])
+            if not equal:
+                return False
+        for kind, same in exact.items():
+            if same:
                 self.inexact.discard(kind)
             else:
                 self.inexact.add(kind)
+        return True
+
+    def _kind(self, mine: Any, theirs: Any) -> tuple[bool, bool]:
+        """(`mine == theirs`, and exactly so)."""
+        if type(mine) is not list or type(theirs) is not list:
+            if mine != theirs:
+                return False, False
+            text = _exact_text(mine)
+            return True, text is not None and text == _exact_text(theirs)
+        if len(mine) != len(theirs):
+            return False, False
+        pairs, exact = self._pairs, True
+        for m, b in zip(mine, theirs, strict=True):
+            key = (id(m), id(b))
+            if key in pairs:
+                continue
+            if not (m is b or m == b):  # what list equality asks of each pair of items
+                return False, False
+            if exact:
+                text = _exact_text([m])
+                if text is not None and text == _exact_text([b]):
+                    pairs[key] = (m, b)
+                else:
+                    exact = False
+        return True, exact
 
     def all_exact(self) -> bool:
         return not self.inexact
@@ -268,13 +308,12 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
                 return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=done.outcome,
                                backend_outcome=got, rules=done.rules,
                                record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
-        compared = TABLES if fresh is None else fresh
-        if fresh is None:
-            differs = model_snapshot != backend_snapshot
+        if fresh is None:  # the whole store: `model_snapshot != backend_snapshot`, kind by kind
+            differs = (model_snapshot.keys() != backend_snapshot.keys()
+                       or not exact.compare(model_snapshot, model_snapshot, backend_snapshot))
         else:
-            differs = any(model_snapshot[kind] != backend_snapshot[kind] for kind in fresh)
+            differs = not exact.compare(fresh, model_snapshot, backend_snapshot)
         if not differs:
-            exact.observe(compared, model_snapshot, backend_snapshot)
             # what `==` cannot tell (True and 1, 1 and 1.0, -0.0 and 0.0) the canonical text does
             differs = (last or recorded) and not exact.all_exact() and (
                 canonical_json(model_snapshot) != canonical_json(backend_snapshot))

@@ -22,7 +22,7 @@ _ORJSON_OPTIONS = 0 if _orjson is None else (
 )
 
 
-def canonical_json(value: Any) -> bytes:
+def reference_canonical_json(value: Any) -> bytes:
     """UTF-8 canonical JSON: no whitespace, keys in the dict's (canonical) order, no ASCII escaping.
 
     Python's encoder escapes exactly the characters records.md §5.1 requires (`"`, `\\`, the
@@ -30,6 +30,53 @@ def canonical_json(value: Any) -> bytes:
     This is the reference: exact for any value, and it raises for NaN, infinities and lone surrogates.
     """
     return _ENCODER.encode(value).encode("utf-8")
+
+
+_PLAIN_SCALARS = frozenset((str, int, bool, type(None)))
+# Deeper values go to the reference encoder: well below orjson's own nesting limit (255) and the
+# interpreter's recursion limit, and a bound on the walk itself, so a value that contains itself
+# ends in the reference's "Circular reference detected". Records nest a few levels deep.
+_PLAIN_DEPTH = 64
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is built only from exact dict, list, tuple, str, int, bool and None.
+
+    On that domain orjson writes the reference's bytes, or refuses (a non-str or str-subclass key,
+    an integer beyond 64 bits, a lone surrogate): tests/test_canonical.py compares them. Excluded
+    is every type orjson writes where the reference writes otherwise (floats: 1e16 vs 1e+16, NaN as
+    null) or raises (enums, UUIDs, dataclasses, datetimes, orjson fragments), and every subclass.
+    Dict keys are not looked at: orjson refuses every key but an exact str, and writes those alike."""
+    kind = type(value)
+    if kind is dict:
+        items: Any = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    else:
+        return kind in _PLAIN_SCALARS
+    if _PLAIN_SCALARS.issuperset(map(type, items)):  # a flat record: decided at C speed
+        return True
+    if depth >= _PLAIN_DEPTH:
+        return False
+    for item in items:  # noqa: SIM110 - a loop, not all(...): no generator frame per container
+        if type(item) not in _PLAIN_SCALARS and not _plain(item, depth + 1):
+            return False
+    return True
+
+
+def canonical_json(value: Any) -> bytes:
+    """`reference_canonical_json`, byte for byte and exception for exception, for any value.
+
+    Values of the plain JSON domain (`_plain`: about a third of the cost of the reference encoder
+    to check) are written by orjson (about a tenth); anything else, and anything orjson refuses,
+    by the reference encoder, which then writes it or raises exactly as before (decisions Q-66)."""
+    if _orjson is not None and _plain(value):
+        try:
+            encoded: bytes = _orjson.dumps(value)
+            return encoded
+        except TypeError:  # orjson.JSONEncodeError: a non-str key, an integer beyond 64 bits, a lone surrogate
+            pass
+    return reference_canonical_json(value)
 
 
 def canonical_text(value: Any) -> str:
@@ -56,7 +103,7 @@ def plain_canonical_json(value: Any) -> bytes:
             return encoded
         except TypeError:  # orjson.JSONEncodeError is a TypeError
             pass
-    return canonical_json(value)
+    return reference_canonical_json(value)
 
 
 def json_digest(domain: str, value: Any) -> str:

@@ -7,7 +7,11 @@ whatever orjson refuses still gets the reference's bytes or exception.
 
 from __future__ import annotations
 
+import dataclasses
+import decimal
+import enum
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -159,3 +163,71 @@ def _walk_keys(x: Any) -> Any:
     elif type(x) is list:
         for v in x:
             yield from _walk_keys(v)
+
+
+# canonical_json takes orjson's path only on the plain domain (_plain); everything else must give the
+# reference's bytes or its exception, whatever it contains.
+class Colour(enum.Enum):
+    RED = 1
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Mapping(dict):  # type: ignore[type-arg]
+    pass
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+anything = st.recursive(
+    st.none() | st.booleans() | integers | text | st.floats() | st.sampled_from(
+        [Text("s"), Number(5), Colour.RED, Level.HIGH, uuid.UUID(int=7), Point(1), b"raw", 1.0, -0.0, 1e16, 2e-5,
+         float("nan"), float("inf"), decimal.Decimal("1.5"), {1, 2}]),
+    lambda inner: (st.lists(inner, max_size=5) | st.lists(inner, max_size=3).map(tuple)
+                   | st.dictionaries(text | st.sampled_from([1, 2.5, True, None, Text("sk")]), inner, max_size=5)
+                   | st.dictionaries(text, inner, max_size=3).map(Mapping)),
+    max_leaves=30,
+)
+
+
+def _outcome(encode: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", encode(value)
+    except Exception as e:  # the exception's type and text are what is compared
+        return type(e).__name__, str(e)
+
+
+@given(anything)
+def test_canonical_json_is_the_reference_on_any_value(value: Any) -> None:
+    assert _outcome(canonical_json, value) == _outcome(canonical.reference_canonical_json, value)
+
+
+@given(plain_json)
+def test_canonical_json_takes_the_fast_path_on_plain_values(value: Any) -> None:
+    assert canonical._plain(value)  # otherwise the comparison above never exercised orjson
+
+
+@pytest.mark.parametrize("value", [
+    1.0, [1, [2.5]], {"a": {"b": [float("nan")]}}, Colour.RED, {"u": uuid.UUID(int=1)}, [Point(2)], Text("x"),
+    {"m": Mapping(a=1)}, [Number(3)], {"d": decimal.Decimal(1)}, _nested(100),
+])
+def test_values_outside_the_plain_domain_are_not_plain(value: Any) -> None:
+    assert not canonical._plain(value)
+
+
+def test_values_that_contain_themselves_raise_like_the_reference() -> None:
+    loop: list[Any] = [1]
+    loop.append({"again": loop})
+    assert _outcome(canonical_json, loop) == _outcome(canonical.reference_canonical_json, loop)
+    assert _outcome(canonical_json, loop)[0] == "ValueError"
+
+
+@pytest.mark.parametrize("value", [{"big": 2**64}, {Text("k"): 1}, {1: "int key"}, ["\ud800"], _nested(63)])
+def test_plain_values_orjson_refuses_fall_back_to_the_reference(value: Any) -> None:
+    assert canonical._plain(value)
+    assert _outcome(canonical_json, value) == _outcome(canonical.reference_canonical_json, value)

@@ -36,7 +36,7 @@ def _snap(**kinds: list[dict[str, Any]]) -> Snapshot:
 def test_values_equal_to_python_but_not_exactly_are_inexact(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
     assert [mine] == [theirs]
     exact = ExactKinds()
-    exact.observe(TABLES, _snap(runs=[mine]), _snap(runs=[theirs]))
+    assert exact.compare(TABLES, _snap(runs=[mine]), _snap(runs=[theirs]))
     assert not exact.all_exact() and exact.inexact == {"runs"}
 
 
@@ -44,12 +44,20 @@ def test_a_kind_not_read_afresh_keeps_its_status() -> None:
     exact = ExactKinds()
     assert not exact.all_exact()  # nothing compared yet
     record = {"id": "r", "version": 1}
-    exact.observe(TABLES, _snap(runs=[record]), _snap(runs=[dict(record)]))
+    assert exact.compare(TABLES, _snap(runs=[record]), _snap(runs=[dict(record)]))
     assert exact.all_exact()
-    exact.observe({"events"}, _snap(events=[{"sequence": 1}]), _snap(events=[{"sequence": True}]))
-    exact.observe({"runs"}, _snap(runs=[record]), _snap(runs=[dict(record)]))
+    assert exact.compare({"events"}, _snap(events=[{"sequence": 1}]), _snap(events=[{"sequence": True}]))
+    assert exact.compare({"runs"}, _snap(runs=[record]), _snap(runs=[dict(record)]))
     assert exact.inexact == {"events"}  # still inexact: the events were not compared again
-    exact.observe({"events"}, _snap(events=[{"sequence": 1}]), _snap(events=[{"sequence": 1}]))
+    assert exact.compare({"events"}, _snap(events=[{"sequence": 1}]), _snap(events=[{"sequence": 1}]))
+    assert exact.all_exact()
+
+
+def test_a_kind_that_differs_changes_no_status() -> None:
+    exact = ExactKinds()
+    assert exact.compare(TABLES, _snap(runs=[{"id": "r"}]), _snap(runs=[{"id": "r"}]))
+    assert not exact.compare({"runs", "events"}, _snap(runs=[{"id": "r"}], events=[{"sequence": 1}]),
+                             _snap(runs=[{"id": "r"}], events=[{"sequence": True}, {"sequence": 2}]))
     assert exact.all_exact()
 
 

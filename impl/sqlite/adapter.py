@@ -27,9 +27,9 @@ from qlwf.model.errors import CommandErrors, QlwfError
 from . import drift_injection, queries
 from .authority import OperationAuthority
 from .failures import map_storage_error
-from .memory import open_memory_database
+from .memory import MemoryStorePool, open_memory_database
 from .migrations import open_database
-from .snapshot import JsonMemo, read_snapshot
+from .snapshot import SnapshotReader
 from .store import SqliteStore
 
 
@@ -41,23 +41,35 @@ class SqliteAdapter(SqlAdapter):
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", clock: Clock | None = None,
                  store_factory: Callable[[sqlite3.Connection], SqliteStore] = SqliteStore, *,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, pool: MemoryStorePool | None = None) -> None:
         super().__init__(clock, observer)
-        # A private in-memory store is cloned from a migrated template; anything else is migrated.
-        self._conn = open_memory_database() if os.fspath(path) == ":memory:" else open_database(path)
+        memory = os.fspath(path) == ":memory:"
+        if pool is not None and not memory:
+            raise ValueError("only a private in-memory store comes from a MemoryStorePool")
+        # A private in-memory store is cloned from a migrated template (or an emptied one taken from
+        # `pool`, decisions Q-63); anything else is migrated.
+        self._pool = pool
+        self._conn = pool.acquire() if pool is not None else open_memory_database() if memory else open_database(path)
         self._store = store_factory(self._conn)
         self._authority = OperationAuthority()
-        self._json_memo = JsonMemo()
+        self._reader = SnapshotReader()
 
     def close(self) -> None:
         if self._authority.closed:
             return
         self._authority.close()
-        self._conn.close()
+        if self._pool is not None:
+            self._pool.release(self._conn)
+        else:
+            self._conn.close()
 
     @property
     def connection(self) -> sqlite3.Connection:
-        """The single connection (tests and diagnostics only; never use it while a command runs)."""
+        """The single connection (tests and diagnostics only; never use it while a command runs).
+
+        A connection handed out here never goes back to a pool: its user may have registered
+        functions or changed settings that the pool's check cannot read back."""
+        self._pool = None
         return self._conn
 
     # ---- the dialect ------------------------------------------------------------------------------
@@ -86,7 +98,7 @@ class SqliteAdapter(SqlAdapter):
         return self._store.database_time
 
     def _read_snapshot(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> Snapshot:
-        return read_snapshot(conn, self._json_memo, kinds)
+        return self._reader(conn, kinds)
 
     def _corrupt(self, conn: sqlite3.Connection, kind: str, key: list[Any], patch: Record) -> None:
         drift_injection.corrupt(conn, kind, key, patch)

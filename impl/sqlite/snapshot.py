@@ -44,43 +44,83 @@ class JsonMemo:
         return value
 
 
-
-def _table(conn: sqlite3.Connection, codec: Codec, order: str, parse: Parse) -> list[Record]:
-    rows = conn.execute(f'SELECT {codec.select_list} FROM "{codec.table}" ORDER BY {order}').fetchall()
-    return [codec.to_record(r, parse) for r in rows]
+Row = tuple[Any, ...]
+Decode = Callable[[Row, Parse], Record]
 
 
-def _admissions(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
-    return [{"planDigest": pd, "plan": parse(plan), "receipt": parse(receipt)}
-            for pd, plan, receipt in conn.execute(
-                f'SELECT plan_digest, plan_json, receipt_json FROM "{ADMISSIONS_TABLE}" ORDER BY plan_digest')]
+def _codec(codec: Codec, order: str) -> tuple[str, Decode]:
+    return f'SELECT {codec.select_list} FROM "{codec.table}" ORDER BY {order}', codec.to_record
 
 
-def _admission_steps(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
-    return [admission_step_record(r) for r in conn.execute(
-        f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" ORDER BY plan_digest, step_key')]
+def _admission(row: Row, parse: Parse) -> Record:
+    return {"planDigest": row[0], "plan": parse(row[1]), "receipt": parse(row[2])}
 
 
-def _receipts(conn: sqlite3.Connection, parse: Parse) -> list[Record]:
-    return [parse(text) for (text,) in conn.execute(
-        f'SELECT receipt_json FROM "{TASK_RECEIPTS_TABLE}" ORDER BY attempt_id')]
+def _admission_step(row: Row, parse: Parse) -> Record:
+    return admission_step_record(row)
 
 
-# One reader per snapshot kind, in the port's kind order; BINARY collation orders text by code point (D-9).
-READERS: dict[str, Callable[[sqlite3.Connection, Parse], list[Record]]] = {
-    "admissions": _admissions,
-    "admissionSteps": _admission_steps,
-    "runs": lambda conn, parse: _table(conn, RUNS, "id", parse),
-    "stepRuns": lambda conn, parse: _table(conn, STEP_RUNS, "id", parse),
-    "mutations": lambda conn, parse: _table(conn, MUTATIONS, "mutation_id", parse),
-    "events": lambda conn, parse: _table(conn, EVENTS, "run_id, sequence", parse),
-    "attempts": lambda conn, parse: _table(conn, ATTEMPTS, "id", parse),
-    "taskReceipts": _receipts,
-    "leases": lambda conn, parse: _table(conn, LEASES, "attempt_id", parse),
+def _receipt(row: Row, parse: Parse) -> Record:
+    record: Record = parse(row[0])
+    return record
+
+
+# One query and one row decoder per snapshot kind, in the port's kind order; BINARY collation orders
+# text by code point (D-9).
+READERS: dict[str, tuple[str, Decode]] = {
+    "admissions": (f'SELECT plan_digest, plan_json, receipt_json FROM "{ADMISSIONS_TABLE}" ORDER BY plan_digest',
+                   _admission),
+    "admissionSteps": (f'SELECT {", ".join(ADMISSION_STEP_COLUMNS)} FROM "{ADMISSION_STEPS_TABLE}" '
+                       "ORDER BY plan_digest, step_key", _admission_step),
+    "runs": _codec(RUNS, "id"),
+    "stepRuns": _codec(STEP_RUNS, "id"),
+    "mutations": _codec(MUTATIONS, "mutation_id"),
+    "events": _codec(EVENTS, "run_id, sequence"),
+    "attempts": _codec(ATTEMPTS, "id"),
+    "taskReceipts": (f'SELECT receipt_json FROM "{TASK_RECEIPTS_TABLE}" ORDER BY attempt_id', _receipt),
+    "leases": _codec(LEASES, "attempt_id"),
 }
 
 
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
                   kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
     """Every record kind (or only `kinds`) sorted by its key."""
-    return {kind: read(conn, parse) for kind, read in READERS.items() if kinds is None or kind in kinds}
+    return {kind: [decode(row, parse) for row in conn.execute(sql)]
+            for kind, (sql, decode) in READERS.items() if kinds is None or kind in kinds}
+
+
+class SnapshotReader:
+    """`read_snapshot` for the many reads of one store: each distinct stored row is decoded once.
+
+    A record is a pure function of its row (and `JsonMemo` of its JSON texts), so a row read again
+    unchanged gives back the record decoded before, the very same object; only new or changed rows
+    are decoded. The rows are still all read from the database, every time: the cache saves
+    decoding, never reading. Rows are compared with `==`, which is exact here because every table
+    is STRICT with INTEGER and TEXT columns only (tests/test_sqlite_snapshot.py pins that): a row
+    holds str, int and None, never a float that `==` would take for an int. Callers must treat the
+    records as read-only: they are shared between snapshots (so are their JSON values). Decisions
+    Q-65."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self.limit = limit
+        self.parse = JsonMemo(limit)
+        self._decoded: dict[str, dict[Row, Record]] = {kind: {} for kind in READERS}
+
+    def __call__(self, conn: sqlite3.Connection, kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+        parse = self.parse
+        out: dict[str, list[Record]] = {}
+        for kind, (sql, decode) in READERS.items():
+            if kinds is not None and kind not in kinds:
+                continue
+            rows = conn.execute(sql).fetchall()
+            decoded = self._decoded[kind]
+            if len(decoded) + len(rows) > self.limit:
+                decoded.clear()
+            records = []
+            for row in rows:
+                record = decoded.get(row)
+                if record is None:
+                    record = decoded[row] = decode(row, parse)
+                records.append(record)
+            out[kind] = records
+        return out
