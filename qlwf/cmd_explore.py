@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from qlwf.conformance.checkers.explore import (
     FULL,
+    SELECTED,
     Alphabet,
     Config,
     ExploreReport,
@@ -18,6 +19,7 @@ from qlwf.conformance.checkers.explore import (
     ShapeReport,
     default_alphabet,
     explore,
+    scope_shapes,
 )
 from qlwf.conformance.render import show_command
 from qlwf.conformance.trace import Trace, save
@@ -34,6 +36,10 @@ def register(subparsers: Any) -> None:
                     "was violated; counterexample traces are written to $QLWF_TRACE_DIR "
                     f"(default {DEFAULT_TRACE_DIR}).")
     p.add_argument("--max-steps", type=_positive, required=True, metavar="K", help="largest number of steps")
+    p.add_argument("--selected", type=_selected, action="append", default=[], metavar="K",
+                   help="also explore the selected family of K-step shapes pinned in the manifest "
+                        f"({'; '.join(f'{k}: {family}' for k, (family, _) in sorted(SELECTED.items()))}); repeatable. "
+                        "The full gate explores --max-steps 4 --selected 5")
     p.add_argument("--depth", type=_positive, default=None, metavar="D", help="stop the search at depth D")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--full", action="store_true",
@@ -46,6 +52,13 @@ def register(subparsers: Any) -> None:
 
 def _full(_n_steps: int) -> Alphabet:
     return FULL
+
+
+def _selected(text: str) -> int:
+    value = int(text)
+    if value not in SELECTED:
+        raise argparse.ArgumentTypeError(f"no selected family of {value} steps (there are: {sorted(SELECTED)})")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -92,7 +105,9 @@ def render(report: ExploreReport, out: TextIO) -> None:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     full = getattr(args, "full", False)
-    cfg = Config(max_steps=args.max_steps, max_depth=args.depth, alphabet=_full if full else default_alphabet)
+    selected = tuple(sorted(set(getattr(args, "selected", []))))
+    cfg = Config(max_steps=args.max_steps, max_depth=args.depth, alphabet=_full if full else default_alphabet,
+                 shapes=scope_shapes(args.max_steps, selected) if selected else None)
     if not args.json:
         out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
     report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))

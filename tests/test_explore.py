@@ -250,3 +250,15 @@ def test_cli_table_and_parser() -> None:
     assert args.func(args, out) == 0
     text = out.getvalue()
     assert "1:-" in text and "distinct states" in text and "states/s" in text
+
+
+def test_cli_selected_explores_the_pinned_family_beside_every_smaller_shape() -> None:
+    parser = argparse.ArgumentParser()
+    cmd_explore.register(parser.add_subparsers())
+    args = parser.parse_args(["explore", "--max-steps", "1", "--selected", "5", "--depth", "3", "--json"])
+    out = io.StringIO()
+    assert args.func(args, out) == 0
+    shapes = [row["shape"] for row in json.loads(out.getvalue())["per_shape"]]
+    assert shapes == [E.shape_name(s) for s in (*E.dag_shapes(1), *E.SELECTED[5][1](5))]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["explore", "--max-steps", "1", "--selected", "4"])  # no such family
