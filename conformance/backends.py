@@ -290,7 +290,7 @@ register("sqlite", "qlwf.conformance.backends:SqliteBackend", "SQLite, one in-me
          crashes="qlwf.conformance.crashes:gate_crashes",
          concurrency="qlwf.impl.sqlite.concurrency:SqliteConcurrencyHost",
          gate=(GateEntry("conform-sqlite", "conform", "corpus + generated traces, SQLite vs model, every step",
-                         {"traces": 130, "jobs": 2}, {"traces": 300, "jobs": 2}),
+                         {"traces": 800, "jobs": 2}, {"traces": 1500, "jobs": 2}),
                GateEntry("faults-sqlite", "faults", "lost commit responses and crashes at every statement boundary")))
 register("model", "qlwf.conformance.backends:ModelBackend", "the reference model itself")
 register("exec-sqlite", "qlwf.conformance.exec_port:sqlite_driver",

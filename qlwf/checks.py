@@ -95,13 +95,16 @@ def _ql3_twin_problem(fn: str, content: Any, model_shaped: dict[str, Any]) -> st
     return None
 
 
-def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int = 2) -> Evidence:
+def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int = 2, *,
+                 fail_fast: bool = False) -> Evidence:
+    """`fail_fast` (the self-test's): a corpus that already diverges settles the verdict, so the
+    generated traces are not run."""
     from qlwf.conformance import runner
 
     parts = []
     if corpus:
         parts.append(runner.run_traces(backend, runner.corpus_traces()))
-    if traces:
+    if traces and not (fail_fast and parts and parts[0].failures):
         parts.append(runner.run_generated(backend, traces, seed, jobs=jobs))
     failures = [r for p in parts for r in p.failures]
     problems: tuple[str, ...] = ()
@@ -117,13 +120,13 @@ def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int =
 
 # ---- the backend checks: one per GateEntry of every registered backend (conformance/backends.py) ----
 
-def _conform_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
+def _conform_kind(backend: str, params: Mapping[str, Any], fail_fast: bool) -> Evidence:
     """The golden corpus (unless `corpus` is False) and seeded generated traces in lockstep with the model."""
     from qlwf.conformance.backends import SEED, BackendBroken
 
     try:
         return _conformance(backend, bool(params.get("corpus", True)), int(params.get("traces", 0)), SEED,
-                            int(params.get("jobs", 1)))
+                            int(params.get("jobs", 1)), fail_fast=fail_fast)
     except BackendBroken as e:  # the run stops at a broken backend (a driver): a failure with its report
         return Evidence(f"the {backend} backend broke its port", {}, (f"{backend}: {e}",))
 
@@ -181,7 +184,7 @@ def _backend_check(backend: str, entry: Any) -> Callable[[dict[str, Any]], Evide
         try:
             with spec.provisioner.guard():
                 if entry.kind == "conform":
-                    return _conform_kind(backend, params)
+                    return _conform_kind(backend, params, bool(opts.get("fail_fast")))
                 if entry.kind == "faults":
                     return _faults_kind(backend, params, quick)
                 return _concurrency_kind(backend, params)
@@ -196,7 +199,8 @@ def backend_checks() -> list[Check]:
     """Every registered backend's gate checks, in registration order."""
     from qlwf.conformance import backends
 
-    return [Check(entry.check, entry.description, _backend_check(spec.name, entry), leg=spec.leg)
+    return [Check(entry.check, entry.description, _backend_check(spec.name, entry), leg=spec.leg,
+                  owns_server=spec.provisioner is not backends.LOCAL)
             for spec in backends.specs() for entry in spec.gate]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
         results = self_test(skip=skip, progress=sys.stderr)
     else:
-        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=skip)
+        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=skip, lanes=args.jobs)
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
@@ -45,8 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     checks = "\n".join(f"  {c.name:<22} {c.description}" for c in CHECKS)
     p = sub.add_parser(
         "check", help="run the verification gate", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run every check of the gate in order and print one table on stdout; progress (one line as "
-                    "each check starts and ends) goes to stderr.",
+        description="Run every check of the gate and print one table on stdout, in the order below; progress (one "
+                    "line as each check starts and ends, two lanes at once with --jobs 2) goes to stderr.",
         epilog=f"checks:\n{checks}\n\n"
                "profiles:\n  (default)  the full budgets\n  --quick    smaller budgets, as CI runs them\n\n"
                "verdicts: passed, failed, unknown (no problem found but too little evidence: a count below its\n"
@@ -64,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="leave a whole leg out (postgres); the report says so")
     p.add_argument("--self-test", action="store_true",
                    help="plant one fault per layer and require the owning check to fail (quick budgets)")
+    p.add_argument("--jobs", type=int, choices=(1, 2), default=min(2, os.cpu_count() or 1), metavar="J",
+                   help="2 (the default where there are two cores): the checks that need no server run in a "
+                        "second process while the PostgreSQL leg runs here; 1: one after another. The "
+                        "evidence and the verdicts are the same")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

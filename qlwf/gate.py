@@ -68,6 +68,7 @@ class Check:
     description: str
     run: Callable[[dict[str, Any]], Evidence]
     leg: str = "core"  # the part of the gate it belongs to; `--skip LEG` leaves a whole leg out
+    owns_server: bool = False  # uses storage this process provisions (a throwaway cluster): never forked
 
 
 def load_floors(path: Path = FLOORS_PATH) -> dict[str, dict[str, dict[str, int]]]:
@@ -94,25 +95,45 @@ def judge(evidence: Evidence, floors: Mapping[str, int] | None) -> tuple[str, li
 
 def run_checks(checks: list[Check], options: dict[str, Any], progress: TextIO | None = None, *,
                floors: Mapping[str, Mapping[str, int]] | None = None,
-               skip: frozenset[str] = frozenset()) -> list[CheckResult]:
-    """Run every check in order; `progress` (stderr in the CLI) gets a line as each starts and ends.
+               skip: frozenset[str] = frozenset(), lanes: int = 1) -> list[CheckResult]:
+    """Run every check; `progress` (stderr in the CLI) gets a line as each starts and ends. The
+    results are in the order of `checks` whatever the lanes.
 
-    `floors` are this profile's floors by check name (default: read from the data file)."""
+    `floors` are this profile's floors by check name (default: read from the data file). With
+    `lanes=2` the checks that own a server run in this process and the others on a forked lane and,
+    once this process is free, here too (qlwf/lanes.py); evidence and verdicts are the same as with
+    one lane."""
     if floors is None:
         floors = load_floors()["quick" if options.get("quick") else "full"]
-    results = []
-    for i, check in enumerate(checks, start=1):
+    profile_floors = floors
+
+    def one(item: tuple[int, Check]) -> CheckResult:
+        i, check = item
         tag = f"qlwf check [{i}/{len(checks)}] {check.name}"
-        if check.leg in skip:
-            results.append(CheckResult(check.name, "skipped", 0.0, f"skipped by request (--skip {check.leg})"))
-        else:
-            if progress is not None:
-                print(f"{tag}: started — {check.description}", file=progress, flush=True)
-            results.append(_run_one(check, options, floors.get(check.name)))
-        if progress is not None and results[-1].status != "skipped":
-            r = results[-1]
+        if progress is not None:
+            print(f"{tag}: started — {check.description}", file=progress, flush=True)
+        r = _run_one(check, options, profile_floors.get(check.name))
+        if progress is not None:
             print(f"{tag}: {r.status} in {r.seconds:.1f} s — {r.summary}", file=progress, flush=True)
-    return results
+        return r
+
+    def lost(item: tuple[int, Check], why: str) -> CheckResult:
+        return CheckResult(item[1].name, "failed", 0.0, why, floors=dict(profile_floors.get(item[1].name) or {}))
+
+    results: dict[int, CheckResult] = {
+        i: CheckResult(c.name, "skipped", 0.0, f"skipped by request (--skip {c.leg})")
+        for i, c in enumerate(checks, start=1) if c.leg in skip}
+    todo = [(i, c) for i, c in enumerate(checks, start=1) if i not in results]
+    if lanes > 1:
+        from qlwf.lanes import run_in_two_lanes
+
+        home = [item for item in todo if item[1].owns_server]
+        shared = [item for item in todo if not item[1].owns_server]
+        done = run_in_two_lanes(home, shared, one, lost)
+        results |= {item[0]: r for item, r in zip(home + shared, done[0] + done[1], strict=True)}
+    else:
+        results |= {item[0]: one(item) for item in todo}
+    return [results[i] for i in range(1, len(checks) + 1)]
 
 
 def _run_one(check: Check, options: dict[str, Any], floors: Mapping[str, int] | None) -> CheckResult:

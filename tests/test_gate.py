@@ -161,6 +161,11 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
     assert main(["check", "--only", "spec-vectors", "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["status"] == "passed"
     assert main(["check", "--only", "no-such-check"]) == 2
+    for jobs in ("1", "2"):  # two lanes, no server: this process claims checks beside the forked lane
+        assert main(["check", "--only", "spec-vectors", "--only", "oracle-examples", "--jobs", jobs,
+                     "--json", str(tmp_path / f"j{jobs}.json")]) == 0
+    assert [c["name"] for c in json.loads((tmp_path / "j2.json").read_text())["checks"]] == [
+        "spec-vectors", "oracle-examples"]
 
 
 def test_a_broken_vector_fails_even_under_python_O() -> None:
@@ -180,3 +185,30 @@ def test_the_coverage_floor_is_every_reachable_rule_row() -> None:
     for profile in ("quick", "full"):
         for check in ("conform-sqlite", "conform-postgres", "exec-sqlite"):
             assert floors[profile][check]["rule_rows_covered"] == len(reachable)
+
+
+def _conformance_with_planted_fault(fail_fast: bool) -> tuple[bool, dict[str, int]]:
+    from qlwf.conformance import mutants
+
+    from qlwf.selftest import _Assign
+
+    entry = next(m for m in mutants.MANIFEST if m.name == "sqlite-step-key-unique-across-runs")
+    assert entry.plant is not None
+    entry.plant(_Assign())  # in a forked process: the fault dies with it
+    evidence = checks._conformance("sqlite", True, 30, 1, jobs=1, fail_fast=fail_fast)
+    return bool(evidence.problems), dict(evidence.counts)
+
+
+def test_fail_fast_runs_no_generated_trace_once_the_corpus_diverges() -> None:
+    """The self-test's fail_fast: the corpus settles a red verdict; without it the generated traces run too."""
+    import concurrent.futures
+    import multiprocessing
+
+    def in_a_fresh_process(fail_fast: bool) -> tuple[bool, dict[str, int]]:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            return pool.submit(_conformance_with_planted_fault, fail_fast).result()
+
+    (fast_failed, fast), (slow_failed, slow) = in_a_fresh_process(True), in_a_fresh_process(False)
+    assert fast_failed and slow_failed
+    assert fast["traces"] == fast["corpus_traces"] > 0
+    assert slow["traces"] == slow["corpus_traces"] + 30
