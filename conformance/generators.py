@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from qlwf.model import tables as T
 from qlwf.model.records import Record, sign_plan
 from qlwf.model.state import State
-from qlwf.model.system import Outcome, advance_time, apply
+from qlwf.model.system import Outcome, apply
 
 from . import plans
-from .trace import Trace, advance, command, load
+from .trace import ModelRun, ModelStep, Trace, advance, command, load, model_step
 
 X = TypeVar("X")
 STEP_KEYS = ("a", "b", "c", "d", "e")
@@ -70,8 +70,9 @@ class _Generator:
         self.c = chooser
         self.config = config
         self.description = description
-        self.state = State(clock=config.initial_clock)
+        self.initial = self.state = State(clock=config.initial_clock)
         self.steps: list[Record] = []
+        self.done: list[ModelStep] = []  # model_step of every step, for the trace's ModelRun
         self.pending_plans: list[Record] = []
         self.admitted: list[Record] = []
         self.cursors: dict[str, list[Record]] = {}
@@ -95,10 +96,17 @@ class _Generator:
         raise AssertionError("unreachable")
 
     # ---- emitting steps -------------------------------------------------------------------------
+    def emit(self, step: Record) -> ModelStep:
+        """Append `step` and run the model on it, as the lockstep harness will (trace.model_step)."""
+        done = model_step(self.state, step)
+        self.state = done.state
+        self.steps.append(step)
+        self.done.append(done)
+        return done
+
     def run_command(self, name: str, args: Any) -> Outcome:
-        out = apply(self.state, {"name": name, "args": args}, self.state.clock)
-        self.state = out.state
-        self.steps.append(command(name, args))
+        out = self.emit(command(name, args)).raw
+        assert out is not None  # a command step's ModelStep carries its Outcome
         if out.ok and isinstance(out.result, dict) and out.result.get("next"):
             query = "cancellation_candidates" if name == "converge_cancellation_page" else name
             self.cursors.setdefault(query, []).append(out.result["next"])
@@ -157,9 +165,7 @@ class _Generator:
             self.run_command("admit_workflow", {"plan": sign_plan(future)})
 
     def time(self) -> None:
-        delta = self.pick(DELAYS)
-        self.state = advance_time(self.state, delta)
-        self.steps.append(advance(delta))
+        self.emit(advance(self.pick(DELAYS)))
 
     def run_ids(self) -> list[str]:
         return sorted(self.state.runs)
@@ -321,7 +327,12 @@ class _Generator:
         n = self.c.integer(*self.config.steps)
         while len(self.steps) < n:
             self.one()
-        return Trace(self.description, self.config.initial_clock, self.steps, self.description)
+        return self.trace()
+
+    def trace(self) -> Trace:
+        """The trace, with its model run when every step went through `emit` (lengths equal)."""
+        run = ModelRun(self.initial, tuple(self.steps), tuple(self.done)) if len(self.done) == len(self.steps) else None
+        return Trace(self.description, self.config.initial_clock, self.steps, self.description, model_run=run)
 
 
 # Targeted families, chosen by the seed: every FAMILY_PERIOD consecutive seeds hold one boundary trace

@@ -17,7 +17,7 @@ from qlwf.model.records import Record, plan_digest, step_run_digest, task_receip
 from qlwf.model.values import INT31_MAX
 
 from . import plans
-from .drift_mirror import apply_patch, corrupt_state
+from .drift_mirror import apply_patch
 from .generators import Chooser, GeneratorConfig, _Generator
 from .trace import Trace, advance, corruption
 
@@ -34,10 +34,7 @@ class BoundaryGenerator(_Generator):
 
     # ---- helpers --------------------------------------------------------------------------------
     def wait(self, delta: int) -> None:
-        from qlwf.model.system import advance_time
-
-        self.state = advance_time(self.state, delta)
-        self.steps.append(advance(delta))
+        self.emit(advance(delta))
 
     def corrupt(self, kind: str, key: str, patch: Record) -> None:
         """A drift step; StepRuns and task receipts are re-signed so only the patched values differ."""
@@ -48,8 +45,7 @@ class BoundaryGenerator(_Generator):
                 patch = patch | {"stepRunDigest": step_run_digest(patched)}
             else:
                 patch = patch | {"receiptDigest": task_receipt_digest(patched)}
-        self.state = corrupt_state(self.state, kind, [key], patch)
-        self.steps.append(corruption(kind, [key], patch))
+        self.emit(corruption(kind, [key], patch))
 
     def fresh(self, needs: dict[str, list[str]] | None = None, generation: int = 1) -> str:
         """Admit a new workflow of its own; its runId."""
@@ -253,7 +249,7 @@ class BoundaryGenerator(_Generator):
         while len(self.steps) < self.config.steps[0] - 5:
             self.one()
         self.step_limit()  # last: its 128 StepRuns make every later snapshot and invariant check costlier
-        return Trace(self.description, self.config.initial_clock, self.steps, self.description)
+        return self.trace()
 
 
 def resigned_plan(plan: Record, **changes: Any) -> Record:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from qlwf.model import tables as T
 from qlwf.model.records import Record
-from qlwf.model.system import advance_time
 
 from . import plans
-from .drift_mirror import corrupt_state
 from .generators import GeneratorConfig, RandomChooser, _Generator
 from .trace import Trace, advance, corruption
 
@@ -68,8 +66,7 @@ class PageGenerator(_Generator):
                                                 "actor": {"type": "system"}})
 
     def time_step(self, delta: int) -> None:
-        self.state = advance_time(self.state, delta)
-        self.steps.append(advance(delta))
+        self.emit(advance(delta))
 
     def drift_one(self) -> bool:
         """Drift a StepRun of one cancelling workflow that shares the candidate set with healthy ones."""
@@ -78,8 +75,7 @@ class PageGenerator(_Generator):
             return False
         run_id = self.pick(cancelling)
         step = self.pick(sorted(s["id"] for s in self.state.steps_of_run(run_id)))
-        self.state = corrupt_state(self.state, "stepRuns", [step], DRIFT_PATCH)
-        self.steps.append(corruption("stepRuns", [step], DRIFT_PATCH))
+        self.emit(corruption("stepRuns", [step], DRIFT_PATCH))
         return True
 
     def between_pages(self) -> None:
@@ -132,7 +128,7 @@ class PageGenerator(_Generator):
             self.one()
         while len(self.steps) < self.config.steps[0]:  # at least as long as the configuration asks
             self.one()
-        return Trace(self.description, self.config.initial_clock, self.steps, self.description)
+        return self.trace()
 
 
 PAGE_CONFIG = GeneratorConfig(workflows=(3, 5), plan_steps=(1, 3))

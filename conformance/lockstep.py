@@ -259,7 +259,10 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     `full_every` = 1 reads and compares the whole store after every step whatever the port offers.
     """
     result = LockstepResult(trace.name or trace.description)
-    state = State(clock=trace.initial_clock)
+    # A generated trace brings its generator's model run: from the same initial State object every
+    # step's result is taken from it (the model is pure, decisions Q-74); any other trace runs the model.
+    known = trace.model_run
+    state = known.initial if known is not None else State(clock=trace.initial_clock)
     # a port behind a process boundary may send the next step ahead, to run it while this one is checked
     prefetch = getattr(port, "prefetch", None)
     readback = ReadBack(port, full_every)
@@ -277,7 +280,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             return result
 
         t0 = time.perf_counter()
-        done = model_step(state, step)
+        done = (known.known(i, state, step) if known is not None else None) or model_step(state, step)
         t1 = time.perf_counter()
         got: Record | None = None
         try:

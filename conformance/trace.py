@@ -61,6 +61,11 @@ class Trace:
     steps: list[Record] = field(default_factory=list)
     name: str = ""
     state_form: str = "changes"  # how recorded steps carry the state after them (STATE_FORMS)
+    # What the model did on every step, kept by the generator that already ran it (never saved or pickled)
+    model_run: ModelRun | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "model_run"} | {"model_run": None}
 
     @property
     def recorded(self) -> bool:
@@ -198,6 +203,7 @@ class ModelStep:
     state: State
     outcome: Record | None  # None for harness steps
     rules: tuple[str, ...]
+    raw: Outcome | None = field(default=None, compare=False, repr=False)  # the command's Outcome itself
 
 
 def model_step(state: State, step: Record) -> ModelStep:
@@ -207,7 +213,26 @@ def model_step(state: State, step: Record) -> ModelStep:
     if op == "corrupt":
         return ModelStep(corrupt_state(state, step["kind"], step["key"], step["patch"]), None, ())
     out = apply(state, {"name": step["name"], "args": step["args"]}, state.clock)
-    return ModelStep(out.state, outcome_json(out), out.rules)
+    return ModelStep(out.state, outcome_json(out), out.rules, out)
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """`model_step` over a trace's steps from `initial`, as its generator ran them (decisions Q-74).
+
+    The model is a pure function of its inputs, so a lockstep run that holds the very same pre-state
+    object and step record may take the step's result instead of computing it again: `known(i, state)`
+    answers only then, and None otherwise (any other State, another step list, a shorter run)."""
+
+    initial: State
+    steps: tuple[Record, ...]
+    done: tuple[ModelStep, ...]
+
+    def known(self, i: int, state: State, step: Record) -> ModelStep | None:
+        if i >= len(self.done) or self.steps[i] is not step:
+            return None
+        before = self.done[i - 1].state if i else self.initial
+        return self.done[i] if before is state else None
 
 
 def expectations(done: ModelStep, before: Snapshot, after: Snapshot, state_form: str = "changes") -> Record:
