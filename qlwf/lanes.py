@@ -10,7 +10,9 @@ stay busy whatever the mix, and `--skip postgres` still runs on both.
 The forked lane is a process group of its own: whatever it starts (explorer and conformance pool
 workers, driver processes) ends with it by one `killpg`, on every way out (a finished lane, a
 crashed lane, an exception or an interrupt here). The terminal's Ctrl-C reaches only the
-foreground group, so it is this process that ends the lane. A result crosses the pipe as soon as
+foreground group, so it is this process that ends the lane; and should this process be killed
+outright (SIGKILL runs no handler), a thread in the lane sees the end of a pipe only this process
+writes to and kills the lane's group itself. A result crosses the pipe as soon as
 its item is done, so a lane that dies keeps what it finished; what it had claimed and not finished
 is reported by `lost(item, why)`.
 """
@@ -22,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -30,6 +33,20 @@ Work = TypeVar("Work")
 Result = TypeVar("Result")
 
 TERM_GRACE_SECONDS = 5.0  # SIGTERM first (pool workers end cleanly), then SIGKILL to the whole group
+
+# The write ends of the lanes' liveness pipes: no forked child (the lane itself included) may hold one,
+# or a killed parent's lane would wait for that child's end too.
+_PARENT_ENDS: set[int] = set()
+
+
+def _close_parent_ends() -> None:
+    for fd in _PARENT_ENDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _PARENT_ENDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_parent_ends)
 
 
 def run_in_two_lanes(home: Sequence[Work], shared: Sequence[Work], run: Callable[[Work], Result],
@@ -59,9 +76,12 @@ class _ForkedLane:
         for stream in (sys.stdout, sys.stderr):  # no buffered text may be written twice
             stream.flush()
         self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=self._main, args=(items, run, send), name="qlwf-gate-lane")
+        alive_r, self._alive_w = os.pipe()  # never written: the lane reads EOF once this process is gone
+        _PARENT_ENDS.add(self._alive_w)
+        self._proc = ctx.Process(target=self._main, args=(items, run, send, alive_r), name="qlwf-gate-lane")
         self._proc.start()
         send.close()
+        os.close(alive_r)
         self._pgid = self._proc.pid or 0
         with contextlib.suppress(OSError):  # both sides set the group, so no signal can race the child's call
             os.setpgid(self._pgid, self._pgid)
@@ -75,9 +95,10 @@ class _ForkedLane:
             self._next.value = i + 1
             return i
 
-    def _main(self, items: Sequence[Any], run: Callable[[Any], Any], send: Connection) -> None:
+    def _main(self, items: Sequence[Any], run: Callable[[Any], Any], send: Connection, alive: int) -> None:
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
+        threading.Thread(target=_end_group_when_orphaned, args=(alive,), name="qlwf-lane-watch", daemon=True).start()
         while (i := self.claim()) is not None:
             send.send((i, run(items[i])))
         send.close()
@@ -100,6 +121,17 @@ class _ForkedLane:
         _signal_group(self._pgid, signal.SIGKILL)  # the lane's own workers too, and a lane ignoring SIGTERM
         self._proc.join()
         self._recv.close()
+        _PARENT_ENDS.discard(self._alive_w)
+        os.close(self._alive_w)
+
+
+def _end_group_when_orphaned(alive: int) -> None:
+    """In the lane: block until the pipe's only writer, the process that forked the lane, has gone
+    (a read in a thread waits in the kernel, whatever the lane's main thread is doing), then end
+    the lane's whole group, its workers included."""
+    while os.read(alive, 1):
+        pass
+    os.killpg(0, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -4,7 +4,9 @@ here ends the lane with everything it started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -134,5 +136,51 @@ def test_an_interrupt_here_ends_the_lane_and_what_it_started(tmp_path: Path) -> 
     with pytest.raises(KeyboardInterrupt):
         run_checks(checks, {}, floors=FLOORS, lanes=2)
     lane, sleeper = map(int, pids.read_text().split())
-    assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
+    try:
+        assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
+    finally:  # a failing run leaves nothing behind either
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(lane, signal.SIGKILL)
     assert time.monotonic() - t0 < 60  # nobody waited for the 300 s check
+
+
+_KILLED_GATE = """
+import os, subprocess, sys, time
+from pathlib import Path
+from qlwf.gate import Check, Evidence, run_checks
+
+pids = Path(sys.argv[1])
+
+def hangs_with_a_child(_o):
+    child = subprocess.Popen(["sleep", "300"])
+    pids.with_suffix(".tmp").write_text(f"{os.getpid()} {child.pid}")
+    pids.with_suffix(".tmp").rename(pids)
+    time.sleep(300)
+    return Evidence("never", {"n": 1})
+
+def hangs(_o):
+    time.sleep(300)
+    return Evidence("never", {"n": 1})
+
+run_checks([Check("z", "", hangs_with_a_child), Check("s", "", hangs, owns_server=True)], {},
+           floors={"z": {"n": 1}, "s": {"n": 1}}, lanes=2)
+"""
+
+
+def test_a_gate_killed_outright_takes_its_lane_along(tmp_path: Path) -> None:
+    """SIGKILL runs no handler here: the lane's own watch thread ends the lane's group."""
+    import sys
+
+    pids = tmp_path / "pids"
+    gate = subprocess.Popen([sys.executable, "-c", _KILLED_GATE, str(pids)])
+    try:
+        _wait_for(pids)
+    finally:
+        gate.kill()
+        gate.wait()
+    lane, sleeper = map(int, pids.read_text().split())
+    try:
+        assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
+    finally:  # a failing run leaves nothing behind either
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(lane, signal.SIGKILL)
