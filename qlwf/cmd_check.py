@@ -66,9 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--self-test", action="store_true",
                    help="plant one fault per layer and require the owning check to fail (quick budgets)")
     p.add_argument("--jobs", type=int, choices=(1, 2), default=min(2, os.cpu_count() or 1), metavar="J",
-                   help="2 (the default where there are two cores): the checks that need no server run in a "
-                        "second process while the PostgreSQL leg runs here; 1: one after another. The "
-                        "evidence and the verdicts are the same")
+                   help="2 (the default where there are two cores): the PostgreSQL leg runs in this process "
+                        "while a second process takes the other checks, and this one joins it when free; "
+                        "1: one after another. The evidence and the verdicts are the same")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

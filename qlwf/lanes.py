@@ -129,8 +129,8 @@ def _end_group_when_orphaned(alive: int) -> None:
     """In the lane: block until the pipe's only writer, the process that forked the lane, has gone
     (a read in a thread waits in the kernel, whatever the lane's main thread is doing), then end
     the lane's whole group, its workers included."""
-    while os.read(alive, 1):
-        pass
+    while os.read(alive, 1):  # nothing is ever written: only EOF (b"") ends the wait
+        continue
     os.killpg(0, signal.SIGKILL)
 
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,17 @@ def _eventually_gone(pid: int, timeout: float = 20.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def _assert_lane_and_its_child_gone(pids: Path) -> None:
+    """The lane and the child it started (their pids, as the lane wrote them) end; a failing run
+    leaves nothing behind either."""
+    lane, sleeper = map(int, pids.read_text().split())
+    try:
+        assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(lane, signal.SIGKILL)
 
 
 def test_two_lanes_give_one_lanes_results_in_the_same_order(tmp_path: Path) -> None:
@@ -135,12 +147,7 @@ def test_an_interrupt_here_ends_the_lane_and_what_it_started(tmp_path: Path) -> 
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_checks(checks, {}, floors=FLOORS, lanes=2)
-    lane, sleeper = map(int, pids.read_text().split())
-    try:
-        assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
-    finally:  # a failing run leaves nothing behind either
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(lane, signal.SIGKILL)
+    _assert_lane_and_its_child_gone(pids)
     assert time.monotonic() - t0 < 60  # nobody waited for the 300 s check
 
 
@@ -169,8 +176,6 @@ run_checks([Check("z", "", hangs_with_a_child), Check("s", "", hangs, owns_serve
 
 def test_a_gate_killed_outright_takes_its_lane_along(tmp_path: Path) -> None:
     """SIGKILL runs no handler here: the lane's own watch thread ends the lane's group."""
-    import sys
-
     pids = tmp_path / "pids"
     gate = subprocess.Popen([sys.executable, "-c", _KILLED_GATE, str(pids)])
     try:
@@ -178,9 +183,4 @@ def test_a_gate_killed_outright_takes_its_lane_along(tmp_path: Path) -> None:
     finally:
         gate.kill()
         gate.wait()
-    lane, sleeper = map(int, pids.read_text().split())
-    try:
-        assert _eventually_gone(lane) and _eventually_gone(sleeper), (lane, sleeper)
-    finally:  # a failing run leaves nothing behind either
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(lane, signal.SIGKILL)
+    _assert_lane_and_its_child_gone(pids)
