@@ -40,7 +40,12 @@ RUN_IDENTITY_KEYS = ("id", "projectId", "taskId", "taskRevision", "taskSnapshotR
 
 
 def create_admission_bundle(plan_in: Any) -> Record:
-    plan = normalize_plan(plan_in)
+    return normalized_plan_bundle(normalize_plan(plan_in))
+
+
+def normalized_plan_bundle(plan: Record) -> Record:
+    """create_admission_bundle of a plan normalize_plan returned and nobody changed since (a
+    command's own normalized argument): the same answer, without normalizing the plan again."""
     pd = plan["planDigest"]
     t = plan["plannedAtMs"]
     n = len(plan["steps"])

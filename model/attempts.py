@@ -45,10 +45,24 @@ def _check_admission_run(run: Any, plan: Record) -> None:
 
 def build_task_attempt_admission(inp: Any) -> Record:
     """task-attempts.md §3: receipt, attempt, event and the updated Run for one ready epoch."""
-    fail = ADMISSION_FAIL
-    exact_keys(inp, ADMISSION_INPUT_KEYS, (), fail, "task attempt admission input")
+    exact_keys(inp, ADMISSION_INPUT_KEYS, (), ADMISSION_FAIL, "task attempt admission input")
     try:
         plan = normalize_plan(inp["plan"])
+    except Exception as e:
+        ADMISSION_FAIL(f"durable Workflow evidence is invalid: {e}")
+    return _admission(plan, inp)
+
+
+def build_loaded_task_attempt_admission(inp: Any) -> Record:
+    """build_task_attempt_admission where inp["plan"] is a plan normalize_plan returned and nobody
+    changed since (a command's loaded plan): the same answer, without normalizing the plan again."""
+    exact_keys(inp, ADMISSION_INPUT_KEYS, (), ADMISSION_FAIL, "task attempt admission input")
+    return _admission(inp["plan"], inp)
+
+
+def _admission(plan: Record, inp: Record) -> Record:
+    fail = ADMISSION_FAIL
+    try:
         step_run = normalize_step_run(inp["stepRun"])
     except Exception as e:
         fail(f"durable Workflow evidence is invalid: {e}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import tables as T
-from .admission import RUN_IDENTITY_KEYS, admission_ledger, admission_step_entries, create_admission_bundle
+from .admission import RUN_IDENTITY_KEYS, admission_ledger, admission_step_entries, normalized_plan_bundle
 from .cmd_arguments import command_args
 from .cmd_context import CommandContext, put_run
 from .errors import Invalid, QlwfError
@@ -57,7 +57,7 @@ def admit_workflow(state: State, ctx: CommandContext, args: Any) -> tuple[Record
         plan = normalize_plan(args["plan"])
     except QlwfError as e:
         raise Invalid(T.FAMILIES["plan"].invalid or "", "plan_invalid", e.message) from e
-    bundle = create_admission_bundle(plan)
+    bundle = normalized_plan_bundle(plan)
     if plan["plannedAtMs"] > ctx.now:
         raise ctx.invalid("planned_in_future", "plannedAtMs is after the observation time")
     same_id = [a for a in state.admissions.values() if a["plan"]["planId"] == plan["planId"]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import tables as T
-from .attempts import build_task_attempt_admission
+from .attempts import build_loaded_task_attempt_admission
 from .cmd_arguments import command_args
 from .cmd_context import CommandContext, ceiling, put_attempt, put_run
 from .cmd_loads import clock_floor, load_run, load_step
@@ -49,7 +49,7 @@ def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Re
         raise ctx.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
     clock_floor(state, ctx, run["id"], [])
     try:
-        b = build_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
+        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
                                           "attemptNumber": n, "admittedAtMs": ctx.now})
     except QlwfError as e:
         raise ctx.unavailable("resolution_failed", e.message) from e

@@ -401,15 +401,20 @@ def step_run_invariant_violation(s: Record) -> str | None:
 STEP_RUN_KEYSET = frozenset(STEP_RUN_KEYS)
 
 
-def normalize_step_run(x: Any, fail: InvalidRaiser = STEP_FAIL) -> Record:
-    if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
-        exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
-    values = _STEP_VALUES(x)
+def _checked_step_values(x: Record, fail: InvalidRaiser) -> tuple[Any, ...]:
+    """The values of a StepRun with exactly its keys, in canonical order, each checked by its rule."""
+    values: tuple[Any, ...] = _STEP_VALUES(x)
     if not _step_values_ok(values):
         for key, rule in _STEP_RULES:
             if not rule(x[key]):
                 fail(f"StepRun {key} is invalid")
-    s = dict(zip(STEP_RUN_KEYS, values, strict=True))  # a copy in canonical order, built at C speed
+    return values
+
+
+def normalize_step_run(x: Any, fail: InvalidRaiser = STEP_FAIL) -> Record:
+    if not (is_object(x) and x.keys() == STEP_RUN_KEYSET):
+        exact_keys(x, STEP_RUN_KEYS, (), fail, "StepRun")
+    s = dict(zip(STEP_RUN_KEYS, _checked_step_values(x, fail), strict=True))  # a copy in canonical order
     problem = step_run_invariant_violation(s)
     if problem:
         fail(f"StepRun {s['id']}: {problem}")
@@ -423,9 +428,24 @@ def normalize_step_run(x: Any, fail: InvalidRaiser = STEP_FAIL) -> Record:
 
 
 def seal_step_run(s: Record) -> Record:
-    """Recompute stepRunDigest of a StepRun built by the model, in canonical order."""
+    """Recompute stepRunDigest of a StepRun, in canonical order (no value is checked: test vectors
+    seal deliberately invalid records with it)."""
     body = {k: s[k] for k in STEP_RUN_KEYS[:-1]}
     return {**body, "stepRunDigest": step_run_digest(body)}
+
+
+# Stands in for the digest of a StepRun being created while its values are checked (any 64-hex passes).
+_UNSEALED_DIGEST = "0" * 64
+
+
+def seal_new_step_run(body: Record, fail: InvalidRaiser = STEP_FAIL) -> tuple[Record, bytes]:
+    """Check and seal a new StepRun whose values come from a caller: `body` is the caller's own new
+    dict with every key but stepRunDigest, in canonical order. Every value rule, the record
+    invariants and the size are checked, in normalize_step_run's order, then the record is encoded
+    and digested once; the record and its full canonical JSON are returned (as sealed_step_run_bytes)."""
+    body["stepRunDigest"] = _UNSEALED_DIGEST
+    _checked_step_values(body, fail)
+    return sealed_step_run_bytes(body, fail, fresh=True)
 
 
 def sealed_step_run_bytes(s: Record, fail: InvalidRaiser = STEP_FAIL, *, fresh: bool = False) -> tuple[Record, bytes]:

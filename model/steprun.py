@@ -18,7 +18,7 @@ from .records import (
     exact_keys,
     make_event,
     normalize_step_run,
-    seal_step_run,
+    seal_new_step_run,
     sealed_step_run_bytes,
     shared_step_run,
 )
@@ -208,7 +208,8 @@ def mutation_event(step_run: Record, previous_status: str | None, context: Recor
     return event
 
 
-def _mutation(previous: Record | None, step_run: Record, context: Record, step_bytes: bytes | None = None) -> Record:
+def _mutation(previous: Record | None, step_run: Record, context: Record) -> Record:
+    """The unsigned mutation of `step_run` (validated or built by the model) under a checked context, signed."""
     m = {
         "schema": T.SCHEMA_STEP_RUN_MUTATION,
         "mutationId": step_run["lastMutationId"],
@@ -221,10 +222,9 @@ def _mutation(previous: Record | None, step_run: Record, context: Record, step_b
         "stepRun": step_run,
         "event": mutation_event(step_run, None if previous is None else previous["status"], context),
     }
-    # m holds exactly the unsigned mutation, in canonical order. After a transition every value in it
-    # was validated or built by the model (no floats), so the fast encoder is exact for it.
-    m["mutationDigest"] = (mutation_digest(m) if step_bytes is None
-                           else digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, plain_canonical_json(m)))
+    # m holds exactly the unsigned mutation, in canonical order. Every value in it was validated or
+    # built by the model (no floats), so the fast encoder is exact for it.
+    m["mutationDigest"] = digest_bytes(T.DOMAIN_STEP_RUN_MUTATION, plain_canonical_json(m))
     return m
 
 
@@ -235,8 +235,8 @@ def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Re
 
 def transition_normalized_mutation(cur: Record, command: Any, context: Any) -> Record:
     """transition_step_run_mutation for a StepRun the caller has already normalized."""
-    step_run, step_bytes = _transition(cur, command)
-    return _mutation(cur, step_run, _check_context(context), step_bytes)
+    step_run, _ = _transition(cur, command)
+    return _mutation(cur, step_run, _check_context(context))
 
 
 CREATE_FIELDS = ("id", "runId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
@@ -255,7 +255,7 @@ def create_step_run(fields: Record, mutation_id: str) -> Record:
         "startedAtMs": None, "finishedAtMs": None, "resultCode": None, "errorSummary": None,
         "createdAtMs": fields["createdAtMs"], "updatedAtMs": fields["createdAtMs"], "lastMutationId": mutation_id,
     }
-    return normalize_step_run(seal_step_run(s))
+    return seal_new_step_run(s)[0]
 
 
 def create_step_run_mutation(fields: Any, mutation_id: str, context: Any) -> Record:

@@ -70,6 +70,16 @@ def test_a_receipt_text_that_is_not_its_canonical_form_is_receipt_drift(port: Sq
         "Unavailable", "receipt_drift")
 
 
+def test_a_receipt_drifting_after_it_was_loaded_is_still_receipt_drift(port: SqliteAdapter) -> None:
+    """Loads remember a normalized receipt by its exact stored text; a text changed after a command
+    loaded the receipt is another key, so the next command reads and refuses it."""
+    aid = admit_attempt(port)
+    port.execute("claim_lease", {"attemptId": aid, "workerId": "w1", "durationMs": 5000}, now=T0)
+    raw_update(port, f'UPDATE "{RECEIPTS}" SET receipt_json = receipt_json || \' \' WHERE attempt_id = ?', (aid,))
+    assert refusal(port, "claim_lease", {"attemptId": aid, "workerId": "w1", "durationMs": 5000}) == (
+        "Unavailable", "receipt_drift")
+
+
 def test_drift_injection_rewrites_a_step_runs_json_mirror_with_its_columns(port: SqliteAdapter) -> None:
     """impl.port.FaultInjection: a record-level drift rewrites columns and JSON mirror together, so the
     drift the model mirrors is the only one stored (no extra mirror-only drift)."""

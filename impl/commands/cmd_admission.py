@@ -10,7 +10,7 @@ from qlwf.model.admission import (
     RUN_IDENTITY_KEYS,
     admission_ledger,
     admission_step_entries,
-    create_admission_bundle,
+    normalized_plan_bundle,
 )
 from qlwf.model.errors import CommandErrors, Invalid, QlwfError
 from qlwf.model.records import Record, normalize_plan
@@ -29,7 +29,7 @@ def prepare(fail: CommandErrors, args: Any) -> Prepared:
         plan = normalize_plan(args["plan"])
     except QlwfError as e:
         raise Invalid(T.FAMILIES["plan"].invalid or "", "plan_invalid", e.message) from e
-    return plan, create_admission_bundle(plan)
+    return plan, normalized_plan_bundle(plan)
 
 
 def lock(store: Store, fail: CommandErrors, prepared: Prepared) -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from qlwf.model import tables as T
-from qlwf.model.attempts import build_task_attempt_admission
+from qlwf.model.attempts import build_loaded_task_attempt_admission
 from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import Record, binding_plan_problem
 
@@ -60,7 +60,7 @@ def run(tx: StoreTx, prepared: Prepared) -> Record:
         raise fail.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
     tx.loads.clock_floor(run["id"], [], now)
     try:
-        b = build_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
+        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
                                           "attemptNumber": n, "admittedAtMs": now})
     except QlwfError as e:
         raise fail.unavailable("resolution_failed", e.message) from e

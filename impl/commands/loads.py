@@ -39,6 +39,16 @@ def _normalized_admission(plan_text: str, receipt_text: str) -> tuple[Record, Re
     return plan, receipt, admission_columns(plan, receipt)
 
 
+@functools.lru_cache(maxsize=1024)
+def _normalized_task_receipt(text: str) -> tuple[Record, str]:
+    """A stored task receipt's JSON parsed and normalized, with the normalized record's canonical
+    text. A pure function of the exact stored text (receipts are append-only and every worker
+    command re-reads its attempt's receipt), so it is memoized like `_normalized_admission`; the
+    record is shared and never mutated (the commands only read it and never return it)."""
+    receipt = normalize_task_receipt(json.loads(text))
+    return receipt, canonical_text(receipt)
+
+
 @dataclass
 class LoadedRun:
     plan: Record
@@ -135,10 +145,10 @@ class Loads:
         try:
             if row is None:
                 raise ValueError("missing")
-            r = normalize_task_receipt(json.loads(row["receipt_json"]))
+            r, text = _normalized_task_receipt(row["receipt_json"])
         except (QlwfError, ValueError, TypeError) as e:
             raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e}") from e
-        if row["receipt_json"] != canonical_text(r) or any(row[snake(k)] != r[k] for k in TASK_RECEIPT_KEYS[1:]):
+        if row["receipt_json"] != text or any(row[snake(k)] != r[k] for k in TASK_RECEIPT_KEYS[1:]):
             raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']} disagrees with its columns")
         drift = receipt_problem(attempt, r)
         if drift is not None:
