@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from hypothesis import strategies as st
 from qlwf.model import tables as T
+from qlwf.model.memo import trusting_record_identity
 from qlwf.model.records import Record, sign_plan
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, apply
@@ -349,6 +350,14 @@ def family(seed: int) -> str:
 
 def generate(seed: int, config: GeneratorConfig | None = None) -> Trace:
     """A reproducible trace of the seed's family: the same seed always gives the same steps."""
+    # A generator's States share the records a step did not write and nothing changes a record in
+    # place (model/state.py; drift steps patch copies), so the model's loads may answer by identity
+    # (decisions Q-61, Q-68); tests/test_model_run.py compares the run with one from scratch.
+    with trusting_record_identity():
+        return _generate(seed, config)
+
+
+def _generate(seed: int, config: GeneratorConfig | None) -> Trace:
     kind = family(seed)
     if kind == "boundary":
         from .generators_boundary import generate_boundary

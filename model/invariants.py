@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any, NamedTuple, TypeVar
 
 from . import tables as T
-from .admission import admission_ledger, create_admission_bundle
+from .admission import admission_ledger, normalized_plan_bundle
 from .errors import QlwfError
 from .frontier import resolve_frontier
 from .memo import trusting_record_identity
@@ -286,23 +286,34 @@ def inv5(rv: RunView) -> list[str]:
 
 
 def _bundle(plan: Record) -> tuple[Record | None, str | None]:
+    """create_admission_bundle(plan), or the message of its refusal; the plan's normalization is
+    INV-6's (the same record, reused by identity where reuse is on)."""
+    normalized, problem, _ = _normalized(normalize_plan, plan)
+    if normalized is None:
+        return None, problem
     try:
-        return create_admission_bundle(plan), None
+        return normalized_plan_bundle(normalized), None
     except QlwfError as e:
         return None, e.message
 
 
 # ------------------------------------------------------------------------------------------------
 # Records
-def _normalizes_fully(fn: Callable[[Any], Record], value: Any) -> bool:
-    try:
-        return bool(fn(value) == value)
-    except QlwfError:
-        return False
+def _normalized(fn: Callable[[Any], Record], value: Any) -> tuple[Record | None, str | None, bool]:
+    """fn(value) (or None and the message of its typed refusal), and whether it equals value."""
+
+    def compute() -> tuple[Record | None, str | None, bool]:
+        try:
+            normalized = fn(value)
+        except QlwfError as e:
+            return None, e.message, False
+        return normalized, None, bool(normalized == value)
+
+    return _reused(fn.__name__, (value,), compute)
 
 
 def _normalizes(fn: Callable[[Any], Record], value: Any) -> bool:
-    return _reused(fn.__name__, (value,), lambda: _normalizes_fully(fn, value))
+    return _normalized(fn, value)[2]
 
 
 @invariant("INV-6", "Record validity", "ADR-0226 §3 (fail-closed records); ADR-0228 §2")
