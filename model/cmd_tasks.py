@@ -49,8 +49,8 @@ def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Re
         raise ctx.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
     clock_floor(state, ctx, run["id"], [])
     try:
-        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
-                                          "attemptNumber": n, "admittedAtMs": ctx.now})
+        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step,
+                                                 "binding": binding, "attemptNumber": n, "admittedAtMs": ctx.now})
     except QlwfError as e:
         raise ctx.unavailable("resolution_failed", e.message) from e
     ceiling(ctx, b["run"]["version"])

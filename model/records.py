@@ -438,21 +438,20 @@ def seal_step_run(s: Record) -> Record:
 _UNSEALED_DIGEST = "0" * 64
 
 
-def seal_new_step_run(body: Record, fail: InvalidRaiser = STEP_FAIL) -> tuple[Record, bytes]:
+def seal_new_step_run(body: Record, fail: InvalidRaiser = STEP_FAIL) -> Record:
     """Check and seal a new StepRun whose values come from a caller: `body` is the caller's own new
     dict with every key but stepRunDigest, in canonical order. Every value rule, the record
     invariants and the size are checked, in normalize_step_run's order, then the record is encoded
-    and digested once; the record and its full canonical JSON are returned (as sealed_step_run_bytes)."""
+    and digested once."""
     body["stepRunDigest"] = _UNSEALED_DIGEST
     _checked_step_values(body, fail)
-    return sealed_step_run_bytes(body, fail, fresh=True)
+    return seal_built_step_run(body, fail, fresh=True)
 
 
-def sealed_step_run_bytes(s: Record, fail: InvalidRaiser = STEP_FAIL, *, fresh: bool = False) -> tuple[Record, bytes]:
+def seal_built_step_run(s: Record, fail: InvalidRaiser = STEP_FAIL, *, fresh: bool = False) -> Record:
     """Seal a StepRun the model just built from validated inputs and self-check it (§3.2): record
-    invariants and size are checked; types hold by construction. Returns the record and its full
-    canonical JSON, so a mutation digest can reuse the bytes instead of encoding the record again.
-    `fresh`: `s` is the caller's own new dict, which may be sealed in place instead of copied."""
+    invariants and size are checked; types hold by construction. `fresh`: `s` is the caller's own
+    new dict, which may be sealed in place instead of copied."""
     if tuple(s) == STEP_RUN_KEYS and type(s["stepRunDigest"]) is str and _HEX_64(s["stepRunDigest"]) is not None:
         # A transition's copy of a normalized record: canonical order, ending with the previous
         # 64-hex digest, so the body is its text without that member, and the copy keeps the order.
@@ -470,7 +469,7 @@ def sealed_step_run_bytes(s: Record, fail: InvalidRaiser = STEP_FAIL, *, fresh: 
     fail.check(_step_json_size(raw) <= T.MAX_STEP_RUN_JSON_BYTES, "StepRun JSON exceeds 16384 bytes")
     digest = digest_bytes(T.DOMAIN_STEP_RUN, raw)
     sealed["stepRunDigest"] = digest
-    return sealed, raw[:-1] + b',"stepRunDigest":"' + digest.encode() + b'"}'
+    return sealed
 
 
 # --------------------------------------------------------------------------------------------------

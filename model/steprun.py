@@ -18,8 +18,8 @@ from .records import (
     exact_keys,
     make_event,
     normalize_step_run,
+    seal_built_step_run,
     seal_new_step_run,
-    sealed_step_run_bytes,
     shared_step_run,
 )
 from .values import (
@@ -70,10 +70,10 @@ def state_conflict(message: str) -> Conflict:
 
 def transition_step_run(current: Any, command: Any) -> Record:
     """Apply one transition (state-machines.md §3.2); the first failing check wins."""
-    return _transition(normalize_step_run(current), command)[0]
+    return _transition(normalize_step_run(current), command)
 
 
-def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
+def _transition(cur: Record, command: Any) -> Record:
     """§3.2 checks 2–9 and the field effects, for an already normalized StepRun."""
     fail = STEP_FAIL
     if not (type(command) is dict and _COMMAND_REQUIRED_SET <= command.keys() <= _COMMAND_KEYSET):
@@ -146,7 +146,7 @@ def _transition(cur: Record, command: Any) -> tuple[Record, bytes]:
     nxt["updatedAtMs"] = at
     nxt["lastMutationId"] = command["mutationId"]
     # Self-check (§3.2): the produced record must satisfy the record invariants.
-    return sealed_step_run_bytes(nxt, fresh=True)  # nxt is this call's own copy
+    return seal_built_step_run(nxt, fresh=True)  # nxt is this call's own copy
 
 
 def _context_ok(c: Any) -> bool:
@@ -209,7 +209,7 @@ def mutation_event(step_run: Record, previous_status: str | None, context: Recor
 
 
 def _mutation(previous: Record | None, step_run: Record, context: Record) -> Record:
-    """The unsigned mutation of `step_run` (validated or built by the model) under a checked context, signed."""
+    """The mutation record (§6.5) of `step_run`, validated or built by the model, under a checked context."""
     m = {
         "schema": T.SCHEMA_STEP_RUN_MUTATION,
         "mutationId": step_run["lastMutationId"],
@@ -235,8 +235,7 @@ def transition_step_run_mutation(current: Any, command: Any, context: Any) -> Re
 
 def transition_normalized_mutation(cur: Record, command: Any, context: Any) -> Record:
     """transition_step_run_mutation for a StepRun the caller has already normalized."""
-    step_run, _ = _transition(cur, command)
-    return _mutation(cur, step_run, _check_context(context))
+    return _mutation(cur, _transition(cur, command), _check_context(context))
 
 
 CREATE_FIELDS = ("id", "runId", "stepKey", "kind", "definitionRef", "definitionDigest", "required",
@@ -255,7 +254,7 @@ def create_step_run(fields: Record, mutation_id: str) -> Record:
         "startedAtMs": None, "finishedAtMs": None, "resultCode": None, "errorSummary": None,
         "createdAtMs": fields["createdAtMs"], "updatedAtMs": fields["createdAtMs"], "lastMutationId": mutation_id,
     }
-    return seal_new_step_run(s)[0]
+    return seal_new_step_run(s)
 
 
 def create_step_run_mutation(fields: Any, mutation_id: str, context: Any) -> Record:

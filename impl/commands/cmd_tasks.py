@@ -60,8 +60,8 @@ def run(tx: StoreTx, prepared: Prepared) -> Record:
         raise fail.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
     tx.loads.clock_floor(run["id"], [], now)
     try:
-        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step, "binding": binding,
-                                          "attemptNumber": n, "admittedAtMs": now})
+        b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step,
+                                                 "binding": binding, "attemptNumber": n, "admittedAtMs": now})
     except QlwfError as e:
         raise fail.unavailable("resolution_failed", e.message) from e
     tx.ceiling(b["run"]["version"])
