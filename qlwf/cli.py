@@ -66,8 +66,34 @@ _INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _handlers: set[Callable[[int, FrameType | None], None]] = set()  # the handlers main() has installed
 
 
+_masks_at_fork: dict[int, set[int | signal.Signals]] = {}  # per forking thread: its signal mask before the fork
+
+
+def _ours() -> bool:
+    return any(signal.getsignal(sig) in _handlers for sig in _INTERRUPT_SIGNALS)
+
+
+def _block_signals_for_fork() -> None:
+    """Before a fork under main()'s handlers: SIGINT/SIGTERM are blocked in the forking thread, so the
+    child starts with them blocked. A signal reaching the child before CPython's after-fork code ran
+    would otherwise be caught by the inherited handler and then dropped (CPython clears the pending
+    flags in a new child), and the pool's join would wait forever (Pool.terminate() signals workers
+    that may not have run a bytecode yet); blocked, it stays pending until the default disposition is
+    back (decisions Q-77)."""
+    if _ours():
+        _masks_at_fork[threading.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPT_SIGNALS)
+
+
+def _unblock_signals_after_fork() -> None:
+    """In the parent, after the fork: the mask it had (a signal that came meanwhile is delivered now)."""
+    mask = _masks_at_fork.pop(threading.get_ident(), None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _default_signals_in_child() -> None:
-    """After a fork: a worker (explorer, campaign or conform pool) takes the default dispositions back.
+    """After a fork: a worker (explorer, campaign or conform pool) takes the default dispositions back,
+    then the mask its parent had before the fork, so a SIGTERM that came in between ends it.
     A Python-level handler runs only between bytecodes, so a SIGTERM from Pool.terminate() arriving
     just before the worker blocks in sem_wait would be consumed without waking it, and the pool's
     join would wait forever; the default disposition ends the worker wherever it is."""
@@ -76,10 +102,15 @@ def _default_signals_in_child() -> None:
             try:
                 signal.signal(sig, signal.SIG_DFL)
             except ValueError:  # forked from a thread other than the main one: nothing can be set here
-                return
+                break
+    mask = _masks_at_fork.pop(threading.get_ident(), None)
+    _masks_at_fork.clear()  # entries of the parent's other threads mean nothing here
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-os.register_at_fork(after_in_child=_default_signals_in_child)
+os.register_at_fork(before=_block_signals_for_fork, after_in_parent=_unblock_signals_after_fork,
+                    after_in_child=_default_signals_in_child)
 
 
 def _install_interrupt_handlers() -> Callable[[], None]:
