@@ -69,6 +69,13 @@ _handlers: set[Callable[[int, FrameType | None], None]] = set()  # the handlers 
 _masks_at_fork: dict[int, set[int | signal.Signals]] = {}  # per forking thread: its signal mask before the fork
 
 
+def reset_at_fork(handler: Callable[[int, FrameType | None], None]) -> None:
+    """Treat `handler` at forks as main()'s own handlers are treated (Q-70, Q-77): SIGINT/SIGTERM are
+    blocked over the fork and a child takes the default dispositions back. For a process that installs
+    its own interrupt handler and forks pool workers (the test session's SIGTERM handler)."""
+    _handlers.add(handler)
+
+
 def _ours() -> bool:
     return any(signal.getsignal(sig) in _handlers for sig in _INTERRUPT_SIGNALS)
 

@@ -52,6 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    from qlwf import cli
+    cli.reset_at_fork(on_sigterm)  # pool workers of tests: Pool.terminate() must end them
 
 
 def _no_postgres(exc: BaseException) -> None:

@@ -174,3 +174,15 @@ def test_signals_are_blocked_over_a_fork_until_the_child_has_the_default_disposi
 
 def test_a_sigterm_before_the_child_set_up_its_signals_ends_it() -> None:
     assert _python(_EARLY_SIGTERM, timeout=60) == "True"
+
+
+def _sigterm_is_default(_: int) -> bool:
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_pool_workers_of_the_test_session_take_the_default_sigterm() -> None:
+    """The session's SIGTERM handler (conftest.py) is reset in forked workers as qlwf's are, so a pool a
+    test leaves through Pool.terminate() cannot hang the suite."""
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.map(_sigterm_is_default, [0]) == [True]
