@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance.mutants.manifest import by_name
-from qlwf.conformance.trace import load
+from qlwf.conformance.trace import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, summarize
@@ -398,3 +398,39 @@ def test_sigterm_on_the_dask_path_cancels_the_campaigns_tasks_and_leaves_the_clu
             time.sleep(0.1)
         assert observer.run_on_scheduler(ours) == []  # cancelled (a running shard ends in its worker, unheard)
         assert len(observer.scheduler_info()["workers"]) == 2
+
+
+def test_a_stateful_shard_makes_no_scratch_directory_unless_it_finds_something(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard the campaign kills at its end (default SIGTERM: no finally runs) must leave nothing in the
+    temporary directory: the counterexample's directory is made at the first counterexample only, and
+    removed once the finding is read."""
+    import tempfile
+
+    from qlwf.conformance.stateful import machine
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    shard = next(plan(2026, ("stateful",), TINY))
+    clean = run_shard(shard)
+    assert clean.examples > 0 and not clean.findings and made == []
+
+    real_apply = machine.apply
+
+    def crashing(state: Any, command: dict[str, Any]) -> Any:
+        if command["name"] == "admit_workflow":  # the first step of every example: a quick shrink
+            raise RuntimeError("planted crash")
+        return real_apply(state, command)
+
+    monkeypatch.setattr(machine, "apply", crashing)
+    found = run_shard(shard)
+    assert [f.message.split(":")[0] for f in found.findings] == ["admit_workflow crashed the model"]
+    assert from_json(json.loads(found.findings[0].trace_text)).steps[0]["name"] == "admit_workflow"
+    assert len(made) == 1 and not Path(made[0]).exists() and list(tmp_path.iterdir()) == []

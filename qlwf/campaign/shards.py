@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -187,40 +188,50 @@ def _stateful(shard: Shard, result: ShardResult) -> None:
 
     from qlwf.conformance.stateful.machine import WorkflowMachine
 
-    with tempfile.TemporaryDirectory(prefix="qlwf-campaign-") as tmp:
-        where = Path(tmp) / "stateful.json"
+    # The machine writes a counterexample to a file (its shrinks overwrite it). The directory is made only
+    # when a first counterexample is written: a shard killed by the campaign's end (SIGTERM, default
+    # disposition, no finally) leaves nothing behind unless it was in the middle of a finding.
+    scratch: list[Path] = []
 
-        class Campaign(WorkflowMachine):
-            coverage = None  # row witnesses are the suite's business
+    def where() -> Path:
+        if not scratch:
+            scratch.append(Path(tempfile.mkdtemp(prefix="qlwf-campaign-")))
+        return scratch[0] / "stateful.json"
 
-            def __init__(self) -> None:
-                super().__init__()
-                result.examples += 1
+    class Campaign(WorkflowMachine):
+        coverage = None  # row witnesses are the suite's business
 
-            def trace_path(self) -> Path:
-                return where
+        def __init__(self) -> None:
+            super().__init__()
+            result.examples += 1
 
-            def teardown(self) -> None:
-                result.steps += len(self.steps)
-                super().teardown()
+        def trace_path(self) -> Path:
+            return where()
 
-        budget = shard.budget
-        # Parent: Hypothesis's own defaults, not whichever profile this process loaded (a test
-        # session's, say), so a shard's settings and therefore its examples depend on the shard alone.
-        config = settings(settings.get_profile("default"), derandomize=False, database=None, deadline=None,
-                          print_blob=False,
-                          max_examples=budget.stateful_examples, stateful_step_count=budget.stateful_steps,
-                          phases=[Phase.generate, Phase.shrink],
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                 HealthCheck.filter_too_much])
-        test = seed(shard.seeds[0])(get_state_machine_test(Campaign, settings=config))
-        try:
-            test()
-        except AssertionError as e:
-            if not where.is_file():
-                raise
-            message = str(e).splitlines()[0]
-            result.findings.append(_trace_finding(shard, message, where.read_text(encoding="utf-8")))
+        def teardown(self) -> None:
+            result.steps += len(self.steps)
+            super().teardown()
+
+    budget = shard.budget
+    # Parent: Hypothesis's own defaults, not whichever profile this process loaded (a test
+    # session's, say), so a shard's settings and therefore its examples depend on the shard alone.
+    config = settings(settings.get_profile("default"), derandomize=False, database=None, deadline=None,
+                      print_blob=False,
+                      max_examples=budget.stateful_examples, stateful_step_count=budget.stateful_steps,
+                      phases=[Phase.generate, Phase.shrink],
+                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                             HealthCheck.filter_too_much])
+    test = seed(shard.seeds[0])(get_state_machine_test(Campaign, settings=config))
+    try:
+        test()
+    except AssertionError as e:
+        if not scratch or not where().is_file():
+            raise
+        message = str(e).splitlines()[0]
+        result.findings.append(_trace_finding(shard, message, where().read_text(encoding="utf-8")))
+    finally:
+        if scratch:
+            shutil.rmtree(scratch[0], ignore_errors=True)
 
 
 def _trace_finding(shard: Shard, message: str, text: str, suffix: str = "") -> Finding:
