@@ -211,7 +211,7 @@ def test_two_workers_find_the_same_as_one(planted_by_one_worker: tuple[Path, dic
 
 
 @pytest.fixture(scope="module")
-def dask_cluster() -> Iterator[str]:
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         import dask.distributed as distributed
     except ImportError:
@@ -219,12 +219,17 @@ def dask_cluster() -> Iterator[str]:
         if os.environ.get("CI") == "true":  # CI installs the extra: a skip there would hide the Dask path
             pytest.fail(missing)
         pytest.skip(missing)
-    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                                       host="127.0.0.1")
-    try:
-        yield cluster.scheduler_address
-    finally:
-        cluster.close()
+    import dask
+
+    # Its scratch space under the session's temporary directory: Dask's default, /tmp/dask-scratch-space,
+    # would outlive the session (its lock files stay).
+    with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask"))}):
+        cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                                           host="127.0.0.1")
+        try:
+            yield cluster.scheduler_address
+        finally:
+            cluster.close()
 
 
 def test_a_dask_cluster_runs_the_same_shards(dask_cluster: str, planted_by_one_worker: tuple[Path, dict[str, Any]],
