@@ -14,6 +14,18 @@ an admission committed exactly when its Run exists and no acknowledged admission
 committed one is replayed without an outcome to compare; one that wrote nothing is left out. A plain
 lease renewal writes no event, so for its lost commit response the log is no evidence: the judge
 replays both choices (`SILENT_COMMANDS`) and accepts the history if one of them is legal.
+
+One exception to `now` order, from PostgreSQL itself (decisions Q-79): a SERIALIZABLE transaction
+takes its snapshot at its first statement, which is the Run row lock, so one that waited for that
+lock reads the Run's other records as they were before the holder committed, unless the holder
+updated the locked row (then it fails and retries). A holder that leaves the Run row unchanged (a
+plain renewal, which rewrites an attempt and a lease) can therefore commit before a reader that
+then answers from the older state: admit_task_attempt answering `existing` with the attempt as it
+was before the renewal. Such a reader wrote nothing, and the database serialized it before the
+holder. So an outcome that differs at its `now` is also compared, for a transaction that wrote nothing,
+on the states before the transactions of its Run that it can precede: those that committed after it
+began (`TransactionLog.began` / `committed`) and left the Run row as it was, going back from its
+`now` (other Runs' transactions commute with it and are passed over).
 """
 
 from __future__ import annotations
@@ -148,10 +160,13 @@ def _replay_problems(log: list[TransactionLog], snapshot: Snapshot,
     if len(set(times)) != len(times):
         problems.append("two transactions read the same observation time: the clock is not strictly increasing")
     for entry in early:
-        _compare(problems, "early", entry, State(clock=0))
+        _compare(problems, "early", entry, State(clock=0), [])
     state = State(clock=0)
+    steps: list[tuple[TransactionLog, State, State]] = []  # (entry, state before, state after)
     for i, entry in enumerate(entries):
-        state = _compare(problems, f"#{i}", entry, state)
+        after = _compare(problems, f"#{i}", entry, state, steps)
+        steps.append((entry, state, after))
+        state = after
     model = state.snapshot()
     if canonical_json(model) != canonical_json(snapshot):
         diffs = snapshot_diff(model, snapshot)
@@ -160,16 +175,58 @@ def _replay_problems(log: list[TransactionLog], snapshot: Snapshot,
     return problems, len(entries) + len(early)
 
 
-def _compare(problems: list[str], label: str, entry: TransactionLog, state: State) -> State:
-    """Apply the logged command to `state`; a differing outcome is a problem. Returns the next state."""
+def _compare(problems: list[str], label: str, entry: TransactionLog, state: State,
+             steps: list[tuple[TransactionLog, State, State]]) -> State:
+    """Apply the logged command to `state`; a differing outcome is a problem unless the transaction
+    wrote nothing and gives its logged outcome at a point it can be serialized at (`earlier_points`).
+    Returns the next state."""
     out = apply(state, {"name": entry.name, "args": entry.args}, entry.now)
-    expected = {"ok": out.result} if out.error is None else {"error": out.error.to_json()}
     if entry.ambiguous:  # committed, but its answer was lost: only its effect can be judged
         return out.state
-    if canonical_json(expected) != canonical_json(entry.outcome) and len(problems) < MAX_PROBLEMS:
+    if _gives(out, entry.outcome):
+        return out.state
+    wrote_nothing = out.state.snapshot() == state.snapshot()  # the clock moves; no record may
+    if wrote_nothing and any(_gives(apply(before, {"name": entry.name, "args": entry.args}, entry.now), entry.outcome)
+                             for before in earlier_points(entry, state, steps)):
+        return out.state
+    if len(problems) < MAX_PROBLEMS:
         problems.append(f"{label} {entry.name}({canonical_json(entry.args).decode()[:160]}) at {entry.now}: "
-                        f"stored {_short(entry.outcome)} but the model gives {_short(expected)}")
+                        f"stored {_short(entry.outcome)} but the model gives {_short(_outcome(out))}")
     return out.state
+
+
+def _outcome(out: Any) -> Record:
+    return {"ok": out.result} if out.error is None else {"error": out.error.to_json()}
+
+
+def _gives(out: Any, outcome: Record) -> bool:
+    return bool(canonical_json(_outcome(out)) == canonical_json(outcome))
+
+
+def _run_of(entry: TransactionLog, state: State) -> str | None:
+    args = entry.args if isinstance(entry.args, dict) else {}
+    run_id = args.get("runId")
+    if isinstance(run_id, str):
+        return run_id
+    attempt = state.attempts.get(args.get("attemptId")) if isinstance(args.get("attemptId"), str) else None
+    return attempt["runId"] if attempt is not None else None
+
+
+def earlier_points(entry: TransactionLog, state: State,
+                   steps: list[tuple[TransactionLog, State, State]]) -> Iterable[State]:
+    """The states, newest first, before each transaction of `entry`'s Run that `entry` (which wrote
+    nothing) may be serialized before: each committed after `entry` began and left the Run row
+    unchanged, as did every one of that Run in between (module docstring)."""
+    run_id = _run_of(entry, state)
+    if run_id is None or entry.began is None:
+        return
+    for other, before, after in reversed(steps):
+        if _run_of(other, before) != run_id:
+            continue  # another Run's records: it commutes with `entry`
+        if (other.committed is None or other.committed < entry.began
+                or after.runs.get(run_id) != before.runs.get(run_id)):
+            return
+        yield before
 
 
 def invariant_problems(snapshot: Snapshot, clock: int) -> list[str]:

@@ -19,6 +19,7 @@ workflow in its own transaction; a workflow's error is its outcome and never fai
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import threading
 import time
@@ -56,6 +57,13 @@ class TransactionLog:
     # The connection died after COMMIT was sent: the transaction may or may not have committed, and
     # the caller must find out from durable state (a lost commit response).
     ambiguous: bool = False
+    # Sequence points of the final try on one counter per adapter: `began` just before the try's first
+    # statement (its snapshot is taken no earlier), `committed` just after its COMMIT returned (None if it
+    # did not). A judge needs them because a SERIALIZABLE snapshot is taken by the first statement, the
+    # Run row lock included, so a transaction can read what a lock-only holder of that lock wrote as it
+    # was before (docs/decisions.md Q-79).
+    began: int | None = None
+    committed: int | None = None
 
 
 Observer = Callable[[TransactionLog], None]
@@ -127,6 +135,7 @@ class SqlAdapter(CommandPort):
     def __init__(self, clock: Clock | None = None, observer: Observer | None = None) -> None:
         self.clock = clock if clock is not None else FixedClock()
         self.observer = observer
+        self._sequence = itertools.count(1)  # TransactionLog.began / committed (next() is atomic under the GIL)
         self.stats = AdapterStats()
         self._written: set[str] = set()  # snapshot kinds written since written_kinds() was last called
 
@@ -221,8 +230,9 @@ class SqlAdapter(CommandPort):
         for attempt in range(1, self.max_tries + 1):
             now: list[int] = []
             lost: list[bool] = []
+            points: list[int | None] = [None, None]  # began, committed
             try:
-                result = self._try(fail, command, prepared, now.append, lost)
+                result = self._try(fail, command, prepared, now.append, lost, points)
             except RetryTry as e:
                 self.stats.retried(e.code)
                 if attempt < self.max_tries:
@@ -230,10 +240,10 @@ class SqlAdapter(CommandPort):
                 continue
             except QlwfError as e:
                 self.stats.add("failures")
-                self._observe(fail.command, args, {"error": e.to_json()}, now, ambiguous=bool(lost))
+                self._observe(fail.command, args, {"error": e.to_json()}, now, ambiguous=bool(lost), points=points)
                 raise
             self.stats.add("commits")
-            self._observe(fail.command, args, {"ok": result}, now)
+            self._observe(fail.command, args, {"ok": result}, now, points=points)
             return result
         self.stats.add("exhausted")
         self.stats.add("failures")
@@ -243,16 +253,19 @@ class SqlAdapter(CommandPort):
         raise error
 
     def _try(self, fail: CommandErrors, command: WritingCommand, prepared: Any, on_now: Callable[[int], None],
-             lost: list[bool]) -> Record:
-        """One try; appends to `lost` when the connection broke after COMMIT was sent (outcome unknown)."""
+             lost: list[bool], points: list[int | None]) -> Record:
+        """One try; appends to `lost` when the connection broke after COMMIT was sent (outcome unknown);
+        sets `points` to this try's (began, committed) sequence points."""
         with self._connection(fail) as conn:
             committing = False
+            points[:] = [next(self._sequence), None]
             try:
                 self._begin(conn)
                 store = cast(Store, WriteRecorder(self._store_for(conn), self._written))
                 result = run_command(store, fail, self.clock, command, prepared, on_now)
                 committing = True
                 self._commit(conn)
+                points[1] = next(self._sequence)
                 return result
             except BaseException as e:
                 if committing and self._commit_lost(conn):
@@ -267,9 +280,11 @@ class SqlAdapter(CommandPort):
                     raise self._map_storage_error(fail, e) from e
                 raise
 
-    def _observe(self, name: str, args: Any, outcome: Record, now: list[int], *, ambiguous: bool = False) -> None:
+    def _observe(self, name: str, args: Any, outcome: Record, now: list[int], *, ambiguous: bool = False,
+                 points: list[int | None] | None = None) -> None:
         if self.observer is not None:
-            self.observer(TransactionLog(name, args, outcome, now[-1] if now else None, ambiguous))
+            began, committed = points if points is not None else (None, None)
+            self.observer(TransactionLog(name, args, outcome, now[-1] if now else None, ambiguous, began, committed))
 
     # ---- queries and the convergence page -------------------------------------------------------
     def _query(self, fail: CommandErrors, name: str, limit: int, after: tuple[Any, ...] | None) -> Record:
