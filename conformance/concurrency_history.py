@@ -185,7 +185,7 @@ def _compare(problems: list[str], label: str, entry: TransactionLog, state: Stat
         return out.state
     if _gives(out, entry.outcome):
         return out.state
-    wrote_nothing = out.state.snapshot() == state.snapshot()  # the clock moves; no record may
+    wrote_nothing = out.state.snapshot() == state.snapshot()  # records only: the clock always moves
     if wrote_nothing and any(_gives(apply(before, {"name": entry.name, "args": entry.args}, entry.now), entry.outcome)
                              for before in earlier_points(entry, state, steps)):
         return out.state
@@ -205,7 +205,8 @@ def _gives(out: Any, outcome: Record) -> bool:
 
 def _run_of(entry: TransactionLog, state: State) -> str | None:
     args = entry.args if isinstance(entry.args, dict) else {}
-    run_id = args.get("runId")
+    plan = args.get("plan")
+    run_id = plan.get("runId") if isinstance(plan, dict) else args.get("runId")  # an admission creates its Run
     if isinstance(run_id, str):
         return run_id
     attempt = state.attempts.get(args.get("attemptId")) if isinstance(args.get("attemptId"), str) else None

@@ -63,7 +63,8 @@ class Interrupted(BaseException):
 
 
 _INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_handlers: set[Callable[[int, FrameType | None], None]] = set()  # the handlers main() has installed
+# The handlers main() has installed, and those registered by reset_at_fork
+_handlers: set[Callable[[int, FrameType | None], None]] = set()
 
 
 _masks_at_fork: dict[int, set[int | signal.Signals]] = {}  # per forking thread: its signal mask before the fork

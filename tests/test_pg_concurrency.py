@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from qlwf.conformance import plans
 from qlwf.conformance.concurrency import ScaledClock, concurrency_check
-from qlwf.conformance.concurrency_history import replay_problems
+from qlwf.conformance.concurrency_history import _run_of, replay_problems
 from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.postgres.adapter import TransactionLog
 from qlwf.impl.postgres.server import PgServer
@@ -156,6 +156,12 @@ def test_a_read_that_began_after_the_renewal_committed_must_see_it() -> None:
     log, state, admit, renew = _admitted_and_claimed()
     problems, _ = _read_before(log, state, admit, ("renew_lease", renew), read_began=10)
     assert len(problems) == 1 and "admit_task_attempt" in problems[0] and "the model gives" in problems[0]
+
+
+def test_an_admission_is_a_transaction_of_the_run_it_creates() -> None:
+    """So a read is never placed before its Run's admission (that changed the Run row: a barrier)."""
+    log, state, _, _ = _admitted_and_claimed()
+    assert [_run_of(e, state) for e in log] == ["run-1", "run-1", "run-1"]
 
 
 def test_a_read_cannot_precede_a_holder_that_updated_the_run_row() -> None:
