@@ -137,6 +137,8 @@ class ConcurrencyReport:
     commits: int = 0  # setup included
     setup_commits: int = 0  # the admissions before the workers started
     replayed: int = 0
+    placed_earlier: int = 0  # reads the judge placed before a concurrent same-Run commit (history.Replay)
+    assumed_committed: int = 0  # silent lost commit responses the judge counted as committed
     retries: Counter[str] = field(default_factory=Counter)  # re-runs by SQLSTATE
     exhausted: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)  # ok / Class:reason
@@ -171,6 +173,13 @@ class ConcurrencyReport:
         total = sum(o.seconds for o in self.outages)
         return f", {len(self.outages)} outage(s) lasting {total:.1f} s, {self.ambiguous} lost commit response(s)"
 
+    def granted_text(self) -> str:
+        """What the judge accepted beyond `now` order (concurrency_history), when it accepted anything."""
+        granted = [f"{n} {what}" for n, what in ((self.placed_earlier, "read(s) placed earlier"),
+                                                 (self.assumed_committed, "silent lost commit(s) assumed committed"))
+                   if n]
+        return f" ({', '.join(granted)})" if granted else ""
+
     def line(self) -> str:
         c = self.config
         head = f"concurrency {c.backend}[{c.variant}] K={c.k}"
@@ -180,13 +189,15 @@ class ConcurrencyReport:
         verdict = "PASS" if self.passed else f"FAIL ({len(self.problems)} problem(s))"
         return (f"{head}: {verdict} — {c.k}×{c.ops} ops, {self.workflows_admitted} workflows, {self.commits} commits, "
                 f"{sum(self.retries.values())} retries, {self.exhausted} retry_exhausted, {self.conflicts} conflicts, "
-                f"{self.replayed} replayed, {self.seconds:.2f} s, {self.throughput:.0f} commits/s{self.outage_text()}")
+                f"{self.replayed} replayed{self.granted_text()}, {self.seconds:.2f} s, "
+                f"{self.throughput:.0f} commits/s{self.outage_text()}")
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.config.variant, "k": self.config.k, "ops": self.config.ops, "passed": self.passed,
                 "seconds": round(self.seconds, 3), "transactions": self.transactions, "commits": self.commits,
-                "setupCommits": self.setup_commits, "replayed": self.replayed, "retries": dict(self.retries),
-                "retryExhausted": self.exhausted,
+                "setupCommits": self.setup_commits, "replayed": self.replayed,
+                "placedEarlier": self.placed_earlier, "assumedCommitted": self.assumed_committed,
+                "retries": dict(self.retries), "retryExhausted": self.exhausted,
                 "conflicts": self.conflicts, "outcomes": dict(self.outcomes),
                 "commitsPerSecond": round(self.throughput, 1), "problems": self.problems,
                 "storageUnreachable": self.unreachable,
@@ -278,8 +289,10 @@ def run_concurrency(store: ConcurrencyStore, config: ConcurrencyConfig, *,
     report.ambiguous = sum(e.ambiguous for e in log)
     report.problems += history.event_problems(snapshot)
     report.problems += history.invariant_problems(snapshot, clock.peek())
-    replay, report.replayed = history.replay_problems(log, snapshot)
-    report.problems += replay
+    replay = history.replay_history(log, snapshot)
+    report.replayed, report.placed_earlier, report.assumed_committed = (replay.replayed, replay.placed_earlier,
+                                                                        replay.assumed_committed)
+    report.problems += replay.problems
     return report
 
 

@@ -26,6 +26,9 @@ holder. So an outcome that differs at its `now` is also compared, for a transact
 on the states before the transactions of its Run that it can precede: those that committed after it
 began (`TransactionLog.began` / `committed`) and left the Run row as it was, going back from its
 `now` (other Runs' transactions commute with it and are passed over).
+
+The verdict (`Replay`) counts what the judge granted beyond `now` order, so a passing run shows its
+evidence: the reads it placed at an earlier point and the silent lost commits it assumed committed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from qlwf.impl.commands.failures import STORAGE_REASONS
@@ -55,7 +59,7 @@ def is_storage_level(entry: TransactionLog) -> bool:
 
 
 # Commands that can commit without writing an event (a plain lease renewal): for an ambiguous one the
-# event log is no evidence either way, so the judge tries both (replay_problems).
+# event log is no evidence either way, so the judge tries both (replay_history).
 SILENT_COMMANDS = frozenset({"renew_lease"})
 MAX_UNDECIDED = 8  # 2^8 replays at most; more undecided lost commits are reported as such
 
@@ -129,53 +133,65 @@ def undecided_ambiguous(log: list[TransactionLog], snapshot: Snapshot) -> list[T
     return [e for e in entries if e.ambiguous and e.name in SILENT_COMMANDS and id(e) not in evidenced]
 
 
-def replay_problems(log: list[TransactionLog], snapshot: Snapshot) -> tuple[list[str], int]:
-    """Replay through the model; (problems, number of transactions replayed).
+@dataclass
+class Replay:
+    """The judge's verdict on a history: its problems, and what it granted beyond `now` order."""
+
+    problems: list[str] = field(default_factory=list)
+    replayed: int = 0  # transactions replayed through the model
+    placed_earlier: int = 0  # read-only transactions judged at an earlier serialization point (Q-79)
+    assumed_committed: int = 0  # silent lost commit responses the accepted choice counts as committed
+
+
+def replay_history(log: list[TransactionLog], snapshot: Snapshot) -> Replay:
+    """Replay through the model in `now` order and compare every outcome and the final state.
 
     A lost commit response of a silent command leaves no trace in the event log, so each such one
     may or may not have committed: the history is legal if some choice replays without a problem
     (the first such choice, fewest assumed commits first, is the one reported)."""
     undecided = undecided_ambiguous(log, snapshot)
     if len(undecided) > MAX_UNDECIDED:
-        problems, n = _replay_problems(log, snapshot, frozenset())
-        return [f"{len(undecided)} undecidable lost commit responses (more than {MAX_UNDECIDED}); judged as "
-                "not committed", *problems], n
+        verdict = _replay(log, snapshot, frozenset())
+        verdict.problems[:0] = [f"{len(undecided)} undecidable lost commit responses (more than {MAX_UNDECIDED}); "
+                                "judged as not committed"]
+        return verdict
     ids = [id(e) for e in undecided]
     choices = [frozenset(c) for size in range(len(ids) + 1) for c in itertools.combinations(ids, size)]
-    first = _replay_problems(log, snapshot, choices[0])  # the empty choice: nothing assumed
-    if not first[0]:
+    first = _replay(log, snapshot, choices[0])  # the empty choice: nothing assumed
+    if not first.problems:
         return first
     for choice in choices[1:]:
-        problems, n = _replay_problems(log, snapshot, choice)
-        if not problems:
-            return problems, n
+        verdict = _replay(log, snapshot, choice)
+        if not verdict.problems:
+            return verdict
     return first
 
 
-def _replay_problems(log: list[TransactionLog], snapshot: Snapshot,
-                     assume_committed: frozenset[int]) -> tuple[list[str], int]:
+def _replay(log: list[TransactionLog], snapshot: Snapshot, assume_committed: frozenset[int]) -> Replay:
     entries, early = split_unseen_runs(replayable(log, snapshot, assume_committed))
-    problems: list[str] = []
+    verdict = Replay(replayed=len(entries) + len(early), assumed_committed=len(assume_committed))
     times = [e.now for e in entries]
     if len(set(times)) != len(times):
-        problems.append("two transactions read the same observation time: the clock is not strictly increasing")
+        verdict.problems.append("two transactions read the same observation time: the clock is not strictly "
+                                "increasing")
     for entry in early:
-        _compare(problems, "early", entry, State(clock=0), [])
+        _compare(verdict, "early", entry, State(clock=0), [])
     state = State(clock=0)
     steps: list[tuple[TransactionLog, State, State]] = []  # (entry, state before, state after)
     for i, entry in enumerate(entries):
-        after = _compare(problems, f"#{i}", entry, state, steps)
+        after = _compare(verdict, f"#{i}", entry, state, steps)
         steps.append((entry, state, after))
         state = after
     model = state.snapshot()
     if canonical_json(model) != canonical_json(snapshot):
         diffs = snapshot_diff(model, snapshot)
-        problems.append(f"the replayed history does not reproduce the stored state ({len(diffs)} record(s) differ)")
-        problems += ["  " + d.render().replace("\n", " | ")[:300] for d in diffs[:8]]
-    return problems, len(entries) + len(early)
+        verdict.problems.append(f"the replayed history does not reproduce the stored state ({len(diffs)} record(s) "
+                                "differ)")
+        verdict.problems += ["  " + d.render().replace("\n", " | ")[:300] for d in diffs[:8]]
+    return verdict
 
 
-def _compare(problems: list[str], label: str, entry: TransactionLog, state: State,
+def _compare(verdict: Replay, label: str, entry: TransactionLog, state: State,
              steps: list[tuple[TransactionLog, State, State]]) -> State:
     """Apply the logged command to `state`; a differing outcome is a problem unless the transaction
     wrote nothing and gives its logged outcome at a point it can be serialized at (`earlier_points`).
@@ -188,10 +204,11 @@ def _compare(problems: list[str], label: str, entry: TransactionLog, state: Stat
     wrote_nothing = out.state.snapshot() == state.snapshot()  # records only: the clock always moves
     if wrote_nothing and any(_gives(apply(before, {"name": entry.name, "args": entry.args}, entry.now), entry.outcome)
                              for before in earlier_points(entry, state, steps)):
+        verdict.placed_earlier += 1
         return out.state
-    if len(problems) < MAX_PROBLEMS:
-        problems.append(f"{label} {entry.name}({canonical_json(entry.args).decode()[:160]}) at {entry.now}: "
-                        f"stored {_short(entry.outcome)} but the model gives {_short(_outcome(out))}")
+    if len(verdict.problems) < MAX_PROBLEMS:
+        verdict.problems.append(f"{label} {entry.name}({canonical_json(entry.args).decode()[:160]}) at {entry.now}: "
+                                f"stored {_short(entry.outcome)} but the model gives {_short(_outcome(out))}")
     return out.state
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 from qlwf.conformance import plans
-from qlwf.conformance.concurrency import ScaledClock, concurrency_check
-from qlwf.conformance.concurrency_history import _run_of, replay_problems
+from qlwf.conformance.concurrency import ConcurrencyConfig, ConcurrencyReport, ScaledClock, concurrency_check
+from qlwf.conformance.concurrency_history import Replay, _run_of, replay_history
 from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.postgres.adapter import TransactionLog
 from qlwf.impl.postgres.server import PgServer
@@ -77,11 +77,11 @@ def test_replay_reports_an_outcome_the_model_does_not_give() -> None:
     requested = model.execute("request_cancel", cancel, now=1010)
     log = [TransactionLog("admit_workflow", {"plan": plan}, {"ok": admitted}, 1000),
            TransactionLog("request_cancel", cancel, {"ok": requested}, 1010)]
-    assert replay_problems(log, model.snapshot()) == ([], 2)
+    assert replay_history(log, model.snapshot()) == Replay([], 2)
     forged = [log[0], TransactionLog("request_cancel", cancel, {"ok": requested | {"runVersion": 9}}, 1010)]
-    problems, _ = replay_problems(forged, model.snapshot())
+    problems = replay_history(forged, model.snapshot()).problems
     assert len(problems) == 1 and "the model gives" in problems[0]
-    problems, _ = replay_problems(log[:1], model.snapshot())
+    problems = replay_history(log[:1], model.snapshot()).problems
     assert problems and "does not reproduce the stored state" in problems[0]
 
 
@@ -103,14 +103,15 @@ def test_a_lost_commit_response_of_a_silent_renewal_is_decided_by_replay() -> No
     lost = {"error": {"class": "Unavailable", "code": "X", "reason": "storage_unreachable"}}
     log.append(TransactionLog("renew_lease", renew, lost, 1030, True))
     log.append(TransactionLog("renew_lease", renew, {"ok": model.execute("renew_lease", renew, now=1040)}, 1040))
-    assert replay_problems(log, model.snapshot()) == ([], 5)
+    # The lost renewal must be assumed committed: the next one acknowledged lease version 3.
+    assert replay_history(log, model.snapshot()) == Replay([], 5, assumed_committed=1)
     # A store that lacks the lost renewal contradicts the acknowledged answer of the next one
     # (lease version 3): neither choice replays, and the history is reported.
     without = ModelPort(1000)
     for entry in log:
         if not entry.ambiguous:
             without.execute(entry.name, entry.args, now=entry.now)
-    problems, _ = replay_problems(log, without.snapshot())
+    problems = replay_history(log, without.snapshot()).problems
     assert problems and "the model gives" in problems[0]
 
 
@@ -135,7 +136,7 @@ def _admitted_and_claimed() -> tuple[list[TransactionLog], State, dict[str, Any]
 
 
 def _read_before(log: list[TransactionLog], state: State, admit: dict[str, Any], holder: tuple[str, dict[str, Any]],
-                 read_began: int) -> tuple[list[str], int]:
+                 read_began: int) -> Replay:
     """`holder` commits at 1030 (sequence points 7, 9); the admission replay, at 1040, answers from the
     state before it, as a transaction whose snapshot predates the holder's commit would."""
     name, args = holder
@@ -144,17 +145,17 @@ def _read_before(log: list[TransactionLog], state: State, admit: dict[str, Any],
     assert stale.result["status"] == "existing"
     log = [*log, TransactionLog(name, args, {"ok": held.result}, 1030, began=7, committed=9),
            TransactionLog("admit_task_attempt", admit, {"ok": stale.result}, 1040, began=read_began, committed=10)]
-    return replay_problems(log, held.state.snapshot())
+    return replay_history(log, held.state.snapshot())
 
 
 def test_a_read_that_waited_on_a_plain_renewal_may_answer_from_before_it() -> None:
     log, state, admit, renew = _admitted_and_claimed()
-    assert _read_before(log, state, admit, ("renew_lease", renew), read_began=8) == ([], 5)
+    assert _read_before(log, state, admit, ("renew_lease", renew), read_began=8) == Replay([], 5, placed_earlier=1)
 
 
 def test_a_read_that_began_after_the_renewal_committed_must_see_it() -> None:
     log, state, admit, renew = _admitted_and_claimed()
-    problems, _ = _read_before(log, state, admit, ("renew_lease", renew), read_began=10)
+    problems = _read_before(log, state, admit, ("renew_lease", renew), read_began=10).problems
     assert len(problems) == 1 and "admit_task_attempt" in problems[0] and "the model gives" in problems[0]
 
 
@@ -168,8 +169,19 @@ def test_a_read_cannot_precede_a_holder_that_updated_the_run_row() -> None:
     """start_attempt appends an event (the Run row changes): PostgreSQL fails a waiting reader instead."""
     log, state, admit, renew = _admitted_and_claimed()
     start = {k: renew[k] for k in ("attemptId", "workerId", "leaseGeneration")} | {"timeoutMs": None}
-    problems, _ = _read_before(log, state, admit, ("start_attempt", start), read_began=8)
+    problems = _read_before(log, state, admit, ("start_attempt", start), read_began=8).problems
     assert len(problems) == 1 and "admit_task_attempt" in problems[0]
+
+
+def test_the_report_shows_what_the_judge_granted_beyond_now_order() -> None:
+    """A passing verdict that needed an earlier placement or an assumed commit says so (line and JSON);
+    one that needed neither adds nothing to the line."""
+    plain = ConcurrencyReport(ConcurrencyConfig(k=2, ops=5), replayed=12)
+    assert "replayed," in plain.line() and "placed earlier" not in plain.line()
+    granted = ConcurrencyReport(ConcurrencyConfig(k=2, ops=5), replayed=12, placed_earlier=2, assumed_committed=1)
+    assert granted.passed
+    assert "12 replayed (2 read(s) placed earlier, 1 silent lost commit(s) assumed committed)," in granted.line()
+    assert (granted.to_json()["placedEarlier"], granted.to_json()["assumedCommitted"]) == (2, 1)
 
 
 class _GatedClock(ScaledClock):
@@ -228,7 +240,7 @@ def test_postgres_serializes_a_waiting_read_before_a_plain_renewal(pg_server: Pg
         assert answers[0]["status"] == "existing" and answers[0]["attempt"]["leaseVersion"] == 0
         assert [lease["version"] for lease in renewed["leases"]] == [1]
         assert log[-1].name == "admit_task_attempt" and log[-1].began < log[-2].committed  # type: ignore[operator]
-        assert replay_problems(log, renewed) == ([], 5)
+        assert replay_history(log, renewed) == Replay([], 5, placed_earlier=1)
     finally:
         clock.release.set()
         port.close()
