@@ -301,10 +301,11 @@ class SqlAdapter(CommandPort):
 
     def _converge_page(self, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
         """commands.md §4.18: scan, then one transaction per workflow; a workflow's error never fails the page."""
+        scan_errors: tuple[type[BaseException], ...] = (*self.storage_errors, QlwfError)
         try:
             with self._connection(fail) as conn:
                 rows = self.queries.cancellation_rows(conn, after, limit, fail)
-        except (*self.storage_errors, QlwfError) as e:
+        except scan_errors as e:
             raise fail.unavailable("scan_failed", str(e)) from e
         outcomes = []
         workflow = CommandErrors("converge_cancellation")

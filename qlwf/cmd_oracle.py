@@ -198,7 +198,7 @@ def _strict_orjson(data: bytes | str) -> tuple[Any] | None:
     if not _shallow_and_float_free(value):
         return None
     encoded: bytes = _orjson.dumps(value)
-    raw = data if type(data) is bytes else data.encode("utf-8")  # orjson accepted it: no lone surrogate
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")  # orjson accepted it: no lone surrogate
     size = len(raw) - (raw.endswith(b"\n") + raw.endswith(b"\r\n"))
     if size == len(encoded):
         return (value,)
@@ -327,11 +327,11 @@ def _answer(line: str | bytes) -> tuple[dict[str, Any], bool]:
     A raw line (bytes) is decided by the strict fast path when it can, else decoded and parsed by
     the reference path, which also words every error."""
     try:
-        sure = _strict_orjson(line) if type(line) is bytes else None
+        sure = _strict_orjson(line) if isinstance(line, bytes) else None
         if sure is not None:
             fn, inp, floats = _request_parts(sure[0], False)
         else:
-            fn, inp, floats = parse_request(line) if type(line) is str else _reference_request(decode_utf8(line))
+            fn, inp, floats = parse_request(line) if isinstance(line, str) else _reference_request(decode_utf8(line))
         with parsed_json_input():  # the strict gate built `inp`: exact JSON types only
             return {"ok": consult(fn, inp).resolution}, floats
     except QlwfError as e:

@@ -27,8 +27,10 @@ Args = dict[str, Any]
 
 
 def keys(fail: CommandErrors, args: Any, required: tuple[str, ...]) -> Args:
+    """`args`, once it is an object with exactly the `required` keys (else the command's Invalid)."""
     exact_keys(args, required, (), fail.argument_raiser(), f"{fail.command} arguments")
-    return args
+    checked: Args = args
+    return checked
 
 
 def worker(fail: CommandErrors, args: Args) -> None:
@@ -51,8 +53,8 @@ def timeout_at_now(fail: CommandErrors, args: Args, now: int) -> None:
     fail.require(timeout is None or now + timeout <= SAFE_INT_MAX, "deadline exceeds the timestamp range")
 
 
-def run_id(fail: CommandErrors, args: Any) -> Args:
-    keys(fail, args, ("runId",))
+def run_id(fail: CommandErrors, raw: Any) -> Args:
+    args = keys(fail, raw, ("runId",))
     fail.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     return args
 
@@ -74,8 +76,8 @@ WORKER_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def worker_command(fail: CommandErrors, args: Any) -> Args:
-    keys(fail, args, WORKER_KEYS[fail.command])
+def worker_command(fail: CommandErrors, raw: Any) -> Args:
+    args = keys(fail, raw, WORKER_KEYS[fail.command])
     worker(fail, args)
     if fail.command == "release_lease":
         fail.require(args["reason"] in T.WORKER_RELEASE_REASONS, "reason must be a worker release reason")
@@ -87,15 +89,15 @@ def worker_command(fail: CommandErrors, args: Any) -> Args:
     return args
 
 
-def recovery(fail: CommandErrors, args: Any) -> Args:
-    keys(fail, args, ("attemptId", "evidence"))
+def recovery(fail: CommandErrors, raw: Any) -> Args:
+    args = keys(fail, raw, ("attemptId", "evidence"))
     fail.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
     fail.require(args["evidence"] in T.RECOVERY_EVIDENCE, "evidence must be not_running, running or unknown")
     return args
 
 
-def cancel_request(fail: CommandErrors, args: Any) -> Args:
-    keys(fail, args, ("runId", "reason", "actor"))
+def cancel_request(fail: CommandErrors, raw: Any) -> Args:
+    args = keys(fail, raw, ("runId", "reason", "actor"))
     fail.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
     fail.require(args["reason"] in T.CANCEL_REASONS, "reason must be a cancel reason")
     problem = actor_problem(args["actor"])

@@ -78,7 +78,7 @@ def converge(tx: StoreTx, run_id: str) -> Record:
                 "blockedAttemptIds": [], "blockedStepRunIds": [], "terminalStatus": run["status"],
                 "runVersion": run["version"], "runEventSequence": run["eventSequence"], "observedAtMs": now}
     steps = loads.steps(loaded)
-    active = []
+    active: list[Record] = []
     leases = []
     for a in store.active_attempts_of_run(run["id"]):
         receipt = loads.receipt(a)

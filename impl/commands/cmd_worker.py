@@ -38,12 +38,12 @@ def _load(tx: StoreTx, args: Args) -> LoadedAttempt:
 
 
 def _at_epoch(step: Record, receipt: Record) -> bool:
-    return (step["status"] == "ready" and step["version"] == receipt["stepRunVersion"]
-            and step["stepRunDigest"] == receipt["stepRunDigest"])
+    return bool(step["status"] == "ready" and step["version"] == receipt["stepRunVersion"]
+                and step["stepRunDigest"] == receipt["stepRunDigest"])
 
 
 def _at_running_epoch(step: Record, receipt: Record) -> bool:
-    return step["status"] == "running" and step["version"] == receipt["stepRunVersion"] + 1
+    return bool(step["status"] == "running" and step["version"] == receipt["stepRunVersion"] + 1)
 
 
 def _same_holder(lease: Record | None, args: Args) -> bool:

@@ -13,10 +13,11 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+from qlwf.model.records import Record
 
 from .codec import ALL_TABLES, STEP_RUNS_TABLE
 from .session import PgSession
-from .snapshot import Record, read_snapshot
+from .snapshot import read_snapshot
 
 _CONNECT_TIMEOUT_S = 10
 

@@ -58,7 +58,8 @@ class RowCache:
             del self._entries[key]
 
     def get(self, key: Key) -> Any:
-        """The entry's value (None is a real answer: no such row), or MISSING: read the database."""
+        """The entry's value (None is a real answer: no such row), or MISSING: read the database.
+        Entries of different kinds have different types: the reader names its kind's type."""
         value = self._entries.get(key, MISSING)
         if isinstance(value, _Pending):
             self._flush()

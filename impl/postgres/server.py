@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
@@ -194,8 +194,9 @@ def _host_marker() -> str:
     reaped: its owner cannot be checked from here.
     """
     parts = []
-    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                 lambda: os.readlink("/proc/self/ns/pid")):
+    readers: tuple[Callable[[], str], ...] = (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                                              lambda: os.readlink("/proc/self/ns/pid"))
+    for read in readers:
         try:
             parts.append(read())
         except OSError:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qlwf.impl.commands import columns
+from qlwf.model.records import Record
 
 from .codec import (
     ADMISSION_STEP_COLUMNS,
@@ -25,7 +26,6 @@ from .codec import (
     RUNS,
     STEP_RUNS,
     TASK_RECEIPTS_TABLE,
-    Record,
     Table,
     admission_receipt_value,
     plan_value,

@@ -30,6 +30,7 @@ from qlwf.impl.commands.columns import ADMISSION_JSON_COLUMNS, admission_columns
 from qlwf.impl.commands.guards import POSTGRES
 from qlwf.impl.commands.store import ACTIVE_SQL, StoredStepRun
 from qlwf.model.canonical import canonical_text
+from qlwf.model.records import Record
 
 from . import codec
 from .codec import (
@@ -45,7 +46,6 @@ from .codec import (
     STEP_RUNS,
     TASK_RECEIPT_COLUMNS,
     TASK_RECEIPTS_TABLE,
-    Record,
     Table,
 )
 from .rowcache import MISSING, Key, RowCache
@@ -186,7 +186,7 @@ class PgStore:
 
     # ---- Runs -----------------------------------------------------------------------------------
     def run(self, run_id: str) -> Record | None:
-        cached = self.cache.get(("run", run_id))
+        cached: Record | None = self.cache.get(("run", run_id))
         if cached is not MISSING:
             return cached
         return self._one(RUNS, "id = %s", (run_id,))
@@ -213,7 +213,7 @@ class PgStore:
         return f"SELECT 1 FROM {ADMISSIONS_TABLE} WHERE run_id = %s", (run_id,)
 
     def admissions_of_run(self, run_id: str) -> list[dict[str, Any]]:
-        cached = self.cache.get(("admissions_of_run", run_id))
+        cached: list[dict[str, Any]] = self.cache.get(("admissions_of_run", run_id))
         if cached is not MISSING:
             return cached
         return [codec.admission_row(r) for r in self._fetchall(*self._admissions_of_run_sql(run_id))]
@@ -249,14 +249,14 @@ class PgStore:
         return StoredStepRun(STEP_RUNS.to_record(row[:-1]), codec.text(codec.step_run_value(row[-1])))
 
     def step_run(self, step_run_id: str) -> StoredStepRun | None:
-        cached = self.cache.get(("step", step_run_id))
+        cached: StoredStepRun | None = self.cache.get(("step", step_run_id))
         if cached is not MISSING:
             return cached
         row = self._fetchone(f"{_STEP_SELECT} WHERE id = %s", (step_run_id,))
         return None if row is None else self._stored_step(row)
 
     def step_runs_of_run(self, run_id: str) -> list[StoredStepRun]:
-        cached = self.cache.get(("steps_of_run", run_id))
+        cached: list[StoredStepRun] = self.cache.get(("steps_of_run", run_id))
         if cached is not MISSING:
             return cached
         rows = self._fetchall(f"{_STEP_SELECT} WHERE run_id = %s {_STEP_ORDER}", (run_id,))
@@ -299,7 +299,7 @@ class PgStore:
                 (run_id,))
 
     def last_event_time(self, run_id: str) -> int | None:
-        cached = self.cache.get(("last_event_time", run_id))
+        cached: int | None = self.cache.get(("last_event_time", run_id))
         if cached is not MISSING:
             return cached
         row = self._fetchone(*self._last_event_time_sql(run_id))
@@ -311,7 +311,7 @@ class PgStore:
 
     # ---- Attempts, receipts, leases ---------------------------------------------------------------
     def attempt(self, attempt_id: str) -> Record | None:
-        cached = self.cache.get(("attempt", attempt_id))
+        cached: Record | None = self.cache.get(("attempt", attempt_id))
         if cached is not MISSING:
             return cached
         return self._one(ATTEMPTS, "id = %s", (attempt_id,))
@@ -322,7 +322,7 @@ class PgStore:
         # database (every lock drops the entry); the third, with no lock or write in between, is the
         # second's answer while one snapshot is read.
         key: Key = ("active_attempts", run_id)
-        cached = self.cache.get(key)
+        cached: list[Record] = self.cache.get(key)
         if cached is not MISSING:
             return cached
         found = self._all(ATTEMPTS, f"run_id = %s AND status IN {ACTIVE_SQL}", (run_id,), 'id COLLATE "C"')
@@ -358,7 +358,7 @@ class PgStore:
         return ("attempt", attempt["id"]), ("active_attempts", attempt["runId"])
 
     def receipt_row(self, attempt_id: str) -> dict[str, Any] | None:
-        cached = self.cache.get(("receipt", attempt_id))
+        cached: dict[str, Any] | None = self.cache.get(("receipt", attempt_id))
         if cached is not MISSING:
             return cached
         row = self._fetchone(f"{_RECEIPT_SELECT} WHERE attempt_id = %s", (attempt_id,))
@@ -377,7 +377,7 @@ class PgStore:
                     ("receipt", receipt["attemptId"]))
 
     def lease(self, attempt_id: str) -> Record | None:
-        cached = self.cache.get(("lease", attempt_id))
+        cached: Record | None = self.cache.get(("lease", attempt_id))
         if cached is not MISSING:
             return cached
         return self._one(LEASES, "attempt_id = %s", (attempt_id,))

@@ -106,7 +106,7 @@ def run(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> list[
             for i, st in enumerate(statements):
                 query = numbered(st.sql)
                 values = tx.dump_sequence(st.params, [PyFormat.AUTO] * len(st.params)) if st.params else None
-                types = tuple(tx.types) if st.params else ()
+                types = tuple(tx.types or ()) if st.params else ()  # dump_sequence set them
                 formats = tx.formats if st.params else None
                 key = (query, types)
                 name = cache.names.get(key) or preparing.get(key)

@@ -14,9 +14,10 @@ import sqlite3
 import urllib.parse
 
 from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+from qlwf.model.records import Record
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
-from .snapshot import JsonMemo, Record, read_snapshot
+from .snapshot import JsonMemo, read_snapshot
 
 REQUIRED_TABLES = frozenset({"Runs", "RunAttempts", "RunDispatchLeases", "RunEvents", "StepRuns", "StepRunMutations",
                              ADMISSIONS_TABLE, ADMISSION_STEPS_TABLE, TASK_RECEIPTS_TABLE})
