@@ -19,7 +19,8 @@ from . import decode
 from .encoding import B, E, Encoding, Sys
 from .invariants import INVARIANTS
 from .results import PROVED, UNKNOWN, VIOLATED, Result
-from .transitions import COMMANDS, Semantics, Transition
+from .rules import Transition
+from .transitions import COMMANDS, Semantics
 
 
 @dataclass

@@ -27,8 +27,9 @@ from . import pages
 from .driver import Driver, Trace, TraceStep
 from .encoding import RUN_KINDS, STEP_KINDS, Encoding, Sys
 from .invariants import task_candidate
+from .rules import Transition
 from .tables_view import Tables
-from .transitions import COMMANDS, Semantics, Transition
+from .transitions import COMMANDS, Semantics
 
 TERMINAL_RUN_EVENTS = {f"workflow.{s}" for s in T.TERMINAL_RUN}
 ATTEMPT_TERMINAL_EVENTS = {f"workflow.task_attempt.{s}" for s in T.TERMINAL_ATTEMPT}
@@ -303,6 +304,7 @@ class CrossChecker:
             self._check_query(p, step, run_id, order, dag, pre, fail)
             report.checked[step.name] += 1
             return
+        values: dict[str, Any]
         if step.name == "converge_cancellation_page":
             self._check_page(step, fail)
             candidate = pre["run"]["rs"] == "running" and pre["run"]["reason"] != "none"
@@ -358,7 +360,7 @@ class CrossChecker:
             ids = {r["attemptId"] for r in rows}
             latest = {sid: max((a for a in step.pre.attempts_of_run(run_id) if a["stepRunId"] == sid),
                                key=lambda a: a["attempt"], default=None) for sid in order}
-            got = [latest[sid] is not None and latest[sid]["id"] in ids for sid in order]
+            got = [(last := latest[sid]) is not None and last["id"] in ids for sid in order]
             preds = [z3.And(enc.att_in(x, T.ACTIVE_ATTEMPT), enc.lease_is(x, "expired")) for x in p.pre.steps]
         s.push()
         s.add(dag, fix(enc, p.pre, pre, p.cache))

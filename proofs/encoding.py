@@ -34,15 +34,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 import z3
 
 from .domains import Dom, dom
 from .tables_view import Tables
 
-E = z3.ExprRef
-B = z3.BoolRef
+# z3 is untyped (Any to mypy): these aliases document which kind of Z3 term a value is.
+E: TypeAlias = z3.ExprRef
+B: TypeAlias = z3.BoolRef
 
 INT = "int"
 BOOL = "bool"

@@ -42,7 +42,8 @@ def concrete_counters(outcomes: list[dict[str, Any]]) -> tuple[int, int, int, in
     """The page encoding evaluated on concrete outcomes (used by the cross-check)."""
     exprs = counters([OUTCOME(o["status"]) for o in outcomes], [z3.IntVal(o["settledAttempts"]) for o in outcomes],
                      [z3.BoolVal(True)] * len(outcomes))
-    return tuple(z3.simplify(e).as_long() for e in exprs)  # type: ignore[return-value]
+    scanned, runs, attempts, blocked = (int(z3.simplify(e).as_long()) for e in exprs)
+    return scanned, runs, attempts, blocked
 
 
 def bounds(limit: Any, scanned: Any, runs: Any, attempts: Any, blocked: Any, per_run_max: int) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import z3
@@ -19,7 +20,8 @@ from .encoding import Encoding, Sys
 from .invariants import INVARIANTS, conjunction
 from .moves import STEP_PROPERTIES
 from .results import PROVED, UNKNOWN, VIOLATED, Result
-from .transitions import COMMANDS, Semantics, Transition
+from .rules import Transition
+from .transitions import COMMANDS, Semantics
 
 
 def selected(name: str, only: list[str] | None) -> bool:
@@ -46,7 +48,8 @@ def prove_invariants(enc: Encoding, sem: Semantics, only: list[str] | None = Non
     steps = [p for p in STEP_PROPERTIES if selected(p.name, only)]
     if not invs and not steps and not selected("INV-nonvacuous", only):
         return []
-    results = {p.name: Result(p.name, PROVED, enc.n, 0.0) for p in (*invs, *steps)}
+    names = [*(i.name for i in invs), *(p.name for p in steps)]
+    results = {name: Result(name, PROVED, enc.n, 0.0) for name in names}
 
     def run(s: z3.Solver, name: str, negated: z3.BoolRef, on_sat: Callable[[z3.ModelRef], Any]) -> None:
         res = results[name]
@@ -89,9 +92,9 @@ def prove_invariants(enc: Encoding, sem: Semantics, only: list[str] | None = Non
             vacuous.result = VIOLATED if answer == z3.unsat else UNKNOWN
             vacuous.detail = f"no state satisfying the invariants lets {command} change anything"
         for inv in invs:
-            run(s, inv.name, z3.Not(inv.fn(sem, t.post)), lambda m, t=t: cti(enc, m, pre, t))
+            run(s, inv.name, z3.Not(inv.fn(sem, t.post)), partial(cti, enc, pre=pre, t=t))
         for prop in steps:
-            run(s, prop.name, z3.Not(prop.fn(sem, pre, t.post, command)), lambda m, t=t: cti(enc, m, pre, t))
+            run(s, prop.name, z3.Not(prop.fn(sem, pre, t.post, command)), partial(cti, enc, pre=pre, t=t))
     for inv in invs:
         results[inv.name].detail = results[inv.name].detail or ("lemma" if inv.lemma else "invariant")
     return [*results.values(), *([vacuous] if selected(vacuous.name, only) else [])]

@@ -31,7 +31,8 @@ from . import decode
 from .encoding import B, E, Encoding, Sys
 from .invariants import conjunction
 from .results import PROVED, UNKNOWN, VIOLATED, Result
-from .transitions import Semantics, Transition
+from .rules import Transition
+from .transitions import Semantics
 
 
 def rank(enc: Encoding, x: Sys) -> E:
@@ -73,7 +74,7 @@ def _sub(e: Any, pairs: list[tuple[Any, Any]]) -> Any:
 
 def system_actions(enc: Encoding, sem: Semantics, pre: Sys) -> list[tuple[str, dict[str, Any], B, Sys]]:
     """(name, args, guard, post) of every system action of the silent-worker continuation."""
-    out = []
+    out: list[tuple[str, dict[str, Any], B, Sys]] = []
     tick = sem.advance_time(pre, "lv")
     g, post = instantiate(tick, {k: True for k in tick.args}, enc)
     out.append(("advance_time", {"expire": "all", "pass": "all"}, g, post))
