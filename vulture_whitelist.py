@@ -52,3 +52,22 @@ _.MAX_CANCELLATION_PAGES_PER_CYCLE
 _.CANCELLATION_CYCLE_DEFAULT_PAGE_SIZE
 _.CANCELLATION_CYCLE_DEFAULT_MAX_PAGES
 _.PG_TRANSACTION_TRIES
+
+# conformance/stateful/machine.py: Hypothesis rules and invariants (@rule, @invariant), which
+# RuleBasedStateMachine calls by itself.
+_.first_workflow
+_.query_pages
+_.stale_fence
+_.worker_stops
+_.finish_under_intent
+_.refused_under_intent
+_.drive_more
+_.drive_on
+_.system_round
+_.worker_session
+_.heartbeat
+_.advance_to_next_timer
+_.invariants_hold
+
+# conformance/model_import.py: a ModuleSpec attribute that the import system reads.
+_.submodule_search_locations
