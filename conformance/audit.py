@@ -322,7 +322,7 @@ def _digests(part: Snapshot) -> Iterator[Finding]:
             yield Finding(run_id, _ledger_where(m), "digest", "stepRunDigest differs from its post-image")
 
 
-def _normalizes(fn: Callable[[Any], Record], value: Any) -> bool:
+def _normalizes(fn: Callable[[Any], Record], value: object) -> bool:
     try:
         return fn(value) == value
     except QlwfError:
@@ -349,8 +349,8 @@ def _identifiers(part: Snapshot) -> Iterator[Finding]:
             yield finding(_ledger_where(m), "worker-path eventId does not pair with its mutationId")
     for e in part["events"]:
         where = f"event {e['sequence']}"
-        if e["type"] == "workflow.cancel_requested" and "cancelRequestedAtMs" in run:
-            if e["id"] != ids.cancel_request_event_id(run["id"], run["cancelRequestedAtMs"], run.get("cancelReason")):
+        if e["type"] == "workflow.cancel_requested" and "cancelRequestedAtMs" in run and "cancelReason" in run:
+            if e["id"] != ids.cancel_request_event_id(run["id"], run["cancelRequestedAtMs"], run["cancelReason"]):
                 yield finding(where, "cancel request event id differs from its recipe")
         elif pd is not None and e["type"] in TERMINAL_EVENT_TYPES and e["id"].startswith("wft:"):
             if e["id"] != ids.frontier_terminal_event_id(pd, e["sequence"] - 1, e["type"].split(".", 1)[1]):

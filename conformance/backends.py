@@ -118,7 +118,8 @@ class BackendSpec:
     leg: str = "core"
 
     def create(self) -> BackendFactory:
-        return _resolve(self.target)()
+        factory: BackendFactory = _resolve(self.target)()
+        return factory
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -126,7 +127,8 @@ class BackendSpec:
     def crash_harness(self) -> CrashHarness:
         if self.crashes is None:
             raise LookupError(f"backend {self.name} declares no crash harness")
-        return _resolve(self.crashes)  # type: ignore[no-any-return]
+        harness: CrashHarness = _resolve(self.crashes)
+        return harness
 
     def concurrency_host(self, **options: Any) -> Any:
         if self.concurrency is None:

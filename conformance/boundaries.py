@@ -84,7 +84,8 @@ BOUNDARIES: dict[str, str] = _registry()
 
 
 def _attempt(before: State, args: Any) -> Record | None:
-    return before.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
+    attempt_id = args.get("attemptId") if isinstance(args, dict) else None
+    return before.attempts.get(attempt_id) if isinstance(attempt_id, str) else None
 
 
 def _error(outcome: Record) -> Record | None:
@@ -183,7 +184,8 @@ def _counter_boundaries(before: State, name: str, args: Any, outcome: Record, af
 
 def _attempt_budget(before: State, name: str, args: Any, outcome: Record) -> set[str]:
     if name == "admit_task_attempt" and isinstance(args, dict):
-        step = before.step_runs.get(args.get("stepRunId"))
+        step_id = args.get("stepRunId")
+        step = before.step_runs.get(step_id) if isinstance(step_id, str) else None
         kind = "admit"
     elif name == "record_running" and (a := _attempt(before, args)) is not None:
         step = before.step_runs.get(a["stepRunId"])

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from qlwf.impl.port import Clock, Snapshot
+from qlwf.impl.port import Clock, Record, Snapshot
 from qlwf.impl.sql_adapter import Observer, SqlAdapter, TransactionLog
 from qlwf.model.errors import Unavailable
 
@@ -256,7 +256,11 @@ def run_concurrency(store: ConcurrencyStore, config: ConcurrencyConfig, *,
             for i in range(config.workflows):
                 world.plans.append(workflow_plan(i, clock.peek()))
                 plan = world.plans[-1]
-                _through_outages(reach, lambda p=plan: port.execute("admit_workflow", {"plan": p}), store.transient)
+
+                def admit(p: Record = plan) -> Record:  # bound now: this iteration's plan
+                    return port.execute("admit_workflow", {"plan": p})
+
+                _through_outages(reach, admit, store.transient)
             report.setup_commits = port.stats.commits
             workers = [Worker(i, port, world, config.ops, config.seed, clock.peek, reach.wait)
                        for i in range(config.k)]

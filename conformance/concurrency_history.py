@@ -100,8 +100,9 @@ def split_unseen_runs(entries: list[TransactionLog]) -> tuple[list[TransactionLo
     clock after that Run's admission did. Admission takes no lock (storage.md §6.3), so such a
     transaction serialized before the admission committed; it wrote nothing and read only that Run's
     records, so its model counterpart runs on a state without the Run."""
-    created = {e.args["plan"]["runId"]: e.now for e in entries
-               if e.name == "admit_workflow" and e.outcome.get("ok", {}).get("status") == "created"}
+    # an admission that did not read the clock has no known time, so no transaction can be shown to follow it
+    created = {e.args["plan"]["runId"]: e.now for e in entries if e.now is not None
+               and e.name == "admit_workflow" and e.outcome.get("ok", {}).get("status") == "created"}
     early = [e for e in entries if e.outcome.get("error", {}).get("reason") == "run_missing"
              and isinstance(e.args, dict) and (e.now or 0) > created.get(e.args.get("runId"), e.now or 0)]
     return [e for e in entries if e not in early], early
@@ -226,7 +227,8 @@ def _run_of(entry: TransactionLog, state: State) -> str | None:
     run_id = plan.get("runId") if isinstance(plan, dict) else args.get("runId")  # an admission creates its Run
     if isinstance(run_id, str):
         return run_id
-    attempt = state.attempts.get(args.get("attemptId")) if isinstance(args.get("attemptId"), str) else None
+    attempt_id = args.get("attemptId")
+    attempt = state.attempts.get(attempt_id) if isinstance(attempt_id, str) else None
     return attempt["runId"] if attempt is not None else None
 
 

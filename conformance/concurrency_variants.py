@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
+from qlwf.impl.postgres.session import PgSession
 from qlwf.impl.postgres.store import PgStore
 
 Record = dict[str, Any]
@@ -58,7 +58,7 @@ class UnlockedBlindStore(PgStore):
 @dataclass(frozen=True)
 class Variant:
     description: str
-    store_factory: Callable[[psycopg.Connection[Any]], PgStore]
+    store_factory: Callable[[PgSession], PgStore]
     isolation: str
 
 

@@ -166,6 +166,7 @@ class Worker:
     def admit_workflow(self) -> None:
         with self.world.lock:
             fresh = len(self.world.plans) < self.world.max_workflows and self.rng.random() < 0.5
+            plan: Record | None
             if fresh:
                 plan = workflow_plan(len(self.world.plans), self.planned_at())
                 self.world.plans.append(plan)

@@ -106,6 +106,7 @@ class CrashingSqliteAdapter(SqliteAdapter):
         self.plan = CrashPlan()
         self.crash_stats = stats
         plan = self.plan
+        # CrashingConnection stands in for the sqlite3.Connection SqliteStore is annotated with (it forwards the rest)
         super().__init__(self.path,
                          store_factory=lambda conn: store_class(CrashingConnection(conn, plan)))  # type: ignore[arg-type]
 
@@ -118,7 +119,11 @@ class CrashingSqliteAdapter(SqliteAdapter):
         k = 1
         while True:
             recovered: list[Snapshot] = []
-            self.plan.arm(k, lambda r=recovered: r.append(self._killed_copy()))
+
+            def keep_killed_copy(into: list[Snapshot] = recovered) -> None:  # bound now: this crash point's list
+                into.append(self._killed_copy())
+
+            self.plan.arm(k, keep_killed_copy)
             try:
                 result = super().execute(name, args, now)
             except Exception:

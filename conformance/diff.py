@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import KIND_KEYS, index
+from qlwf.model.records import KIND_KEYS
+
+from .trace import index
 
 Record = dict[str, Any]
 MISSING = "<absent>"

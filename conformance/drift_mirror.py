@@ -41,4 +41,5 @@ def corrupt_state(state: State, kind: str, key: list[Any], patch: Record) -> Sta
     table = getattr(state, field)
     if len(key) != 1 or key[0] not in table:
         raise ValueError(f"no {kind} record with key {key!r}")
-    return replace(state, **{field: {**table, key[0]: apply_patch(kind, table[key[0]], patch)}})
+    changes: dict[str, Any] = {field: {**table, key[0]: apply_patch(kind, table[key[0]], patch)}}  # a State field
+    return replace(state, **changes)

@@ -43,6 +43,8 @@ class ExecPort(CommandPort):
     be that state exactly (canonical JSON), so a wrong change list can never hide a difference.
     """
 
+    clock: FixedClock  # every apply carries the harness time as atMs
+
     def __init__(self, connection: DriverConnection, read_back: str = "changes", ahead: bool = True) -> None:
         if read_back not in READ_BACK:
             raise ValueError(f"read_back must be one of {READ_BACK}")
@@ -54,7 +56,8 @@ class ExecPort(CommandPort):
             read_back = "snapshot"
         if read_back == "snapshot" and not caps.snapshot_with_apply:
             read_back = "request"
-        self.batch: bool | str = {"changes": "changes", "snapshot": True, "request": False}[read_back]
+        batch_flags: dict[str, bool | str] = {"changes": "changes", "snapshot": True, "request": False}
+        self.batch = batch_flags[read_back]
         self._pending: Snapshot | None = None  # the snapshot returned with the last apply, unread
         self._state: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
         self._lists: Snapshot = {k: [] for k in SNAPSHOT_KINDS}
@@ -124,7 +127,8 @@ class ExecPort(CommandPort):
             self._pending = self._apply_changes(body["changes"])
         if "error" in outcome:
             raise error_from_json(outcome["error"])
-        return outcome["ok"]
+        result: Record = outcome["ok"]
+        return result
 
     def _full_snapshot(self) -> Snapshot:
         body = self._round_trip(("snapshot",), {})
@@ -297,6 +301,8 @@ def driver_configured(name: str, command: str | None, timeout_s: float | None) -
         return
     if command is None:
         current = saved.create()  # an ExecBackend starts nothing before open()
+        if not isinstance(current, ExecBackend):
+            raise backends.BackendMisconfigured(f"backend {name} has no driver command to keep: give --driver CMD")
         register_driver(name, current.command, timeout_s or current.timeout_s)
     else:
         register_driver(name, command, timeout_s or DEFAULT_TIMEOUT_S)

@@ -264,8 +264,9 @@ class DriverProcess:
     def finish(self, grace_s: float) -> int:
         """Orderly end after `close`: stdin closed, `grace_s` to exit on its own, then killed; its status."""
         try:
+            assert self.proc.stdin is not None  # started with stdin=PIPE
             with contextlib.suppress(OSError):
-                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.stdin.close()
             self._exited_within(grace_s)
         finally:
             self.kill()

@@ -39,6 +39,7 @@ class PageGenerator(_Generator):
             out = self.run_command("admit_task_attempt", {"runId": c["runId"], "stepRunId": c["stepRunId"],
                                                           "binding": plans.binding(key)})
             if out.ok and self.c.integer(0, 3):
+                assert out.result is not None  # an outcome without an error carries its result
                 aid = out.result["attempt"]["id"]
                 self.run_command("claim_lease", {"attemptId": aid, "workerId": self.pick(("w1", "w2")),
                                                  "durationMs": self.pick((30000, 60000))})
@@ -98,7 +99,10 @@ class PageGenerator(_Generator):
         for _ in range(MAX_PAGES_PER_SWEEP):
             args: Record = {"limit": limit} | ({"after": cursor} if cursor is not None else {})
             out = self.run_command("converge_cancellation_page", args)
-            if not out.ok or out.result["next"] is None:
+            if not out.ok:
+                return
+            assert out.result is not None  # an outcome without an error carries its result
+            if out.result["next"] is None:
                 return
             cursor = out.result["next"]
             self.between_pages()

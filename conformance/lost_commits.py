@@ -65,6 +65,7 @@ def replay_violations(trace: Trace) -> list[str]:
         replay = REPLAY_OUTCOMES.get(step["name"])
         if first.error is not None or replay is None:
             continue
+        assert first.result is not None  # an outcome without an error carries its result
         again = apply(state, {"name": step["name"], "args": step["args"]})
         wrote = first.state.snapshot() != before.snapshot()
         answer = again.error.to_json() if again.error else (again.result or {}).get("status")

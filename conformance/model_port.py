@@ -13,6 +13,8 @@ from .drift_mirror import corrupt_state
 
 
 class ModelPort(CommandPort):
+    clock: FixedClock  # the model reads the harness time from it
+
     def __init__(self, clock: int = 0) -> None:
         self.clock = FixedClock(clock)
         self.state = State(clock=clock)

@@ -155,8 +155,9 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
         parts = []
         for part in pool.map(_generated_chunk, work):
             parts.append(part)
-            for result in part.results if on_result is not None else ():
-                on_result(result)
+            if on_result is not None:
+                for result in part.results:
+                    on_result(result)
     for part in parts:
         merged.results += part.results
         if part.coverage is not None and merged.coverage is not None:

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qlwf.model.records import KIND_KEYS
 from qlwf.model.state import State
 
 from .diff import RecordDiff, snapshot_diff, value_diff
 from .protocol_schema import document_problems
-from .trace import KIND_KEYS, Snapshot, TraceFormatError, expectations, first_difference, from_json, model_step
+from .trace import Snapshot, TraceFormatError, expectations, first_difference, from_json, model_step
 
 Record = dict[str, Any]
 MAX_SCHEMA_PROBLEMS = 10

@@ -18,9 +18,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from qlwf.conformance import runner
+from qlwf.conformance import plans, runner
 from qlwf.conformance.audit import RunAudit, audit_snapshot
 from qlwf.conformance.lockstep import run_lockstep
+from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
 from qlwf.impl.postgres.conformance import PostgresBackend
@@ -311,6 +312,29 @@ def test_sqlite_corruption_is_found(corruption: Corruption, sqlite_stores: dict[
     assert audit_snapshot(sqlite_readonly.load(path)) and all(r.ok for r in audit_snapshot(sqlite_readonly.load(path)))
     want = corruption(SqliteStore(path), lambda: sqlite_readonly.load(path))
     assert_found_alone(audit_snapshot(sqlite_readonly.load(path)), want)
+
+
+def test_an_intent_without_its_reason_still_has_the_later_identifiers_checked() -> None:
+    """The cancel request id recipe needs the stored reason: without it that one recipe is skipped (INV-14 reports
+    the unpaired intent), and the identifiers of the events after it are still checked."""
+    port = ModelPort(1000)
+    port.execute("admit_workflow", {"plan": plans.make_plan("run-1", "plan-1", {"a": []}, 1000)})
+    admitted = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": plans.step_run_id("run-1", "a"),
+                                                   "binding": plans.binding("a")}, now=1001)
+    aid = admitted["attempt"]["id"]
+    lease = port.execute("claim_lease", {"attemptId": aid, "workerId": "w1", "durationMs": 30000}, now=1002)["lease"]
+    fence = {"attemptId": aid, "workerId": "w1", "leaseGeneration": lease["leaseGeneration"]}
+    port.execute("start_attempt", {**fence, "timeoutMs": None}, now=1003)
+    port.execute("request_cancel", {"runId": "run-1", "reason": "user", "actor": {"type": "system"}}, now=1004)
+    port.execute("complete_attempt", {**fence, "exitCode": 0}, now=1005)
+    snap = port.snapshot()
+    snap["runs"] = [{k: v for k, v in r.items() if k != "cancelReason"} for r in snap["runs"]]
+    [cancelled] = [i for i, e in enumerate(snap["events"]) if e["type"] == "workflow.task_attempt.cancelled"]
+    forged = "wxa:" + "0" * 32
+    snap["events"][cancelled] |= {"id": forged, "dedupeKey": forged}
+    [result] = audit_snapshot(snap)
+    assert [(f.where, f.check) for f in result.findings] == [(f"event {cancelled + 1}", "identifier"),
+                                                             ("state", "INV-14")], [str(f) for f in result.findings]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from qlwf.conformance.checkers.explore import Config, dag_shapes, explore
 from qlwf.conformance.mutants import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, MANIFEST, Mutant, by_check
 from qlwf.conformance.mutants.manifest import problems
 from qlwf.conformance.stateful.postconditions import transition_problems
+from qlwf.model.state import State
+from qlwf.model.system import apply
 
 # The one-step shape first (it has the richest alphabet), then the most connected shapes: each mutant's
 # witness sits in a small, specific situation.
@@ -67,6 +69,19 @@ def test_mutant_is_caught_by_its_check(mutant: Mutant, monkeypatch: pytest.Monke
     assert kind == mutant.kind, f"{mutant.name}: {mutant.check} found {kind} evidence, the manifest names " \
                                 f"{mutant.kind}: {message}"
     print(f"{mutant.name}: {message[:300]}")
+
+
+@pytest.mark.parametrize("name, command", [("recovery_refuses_intent", "recover_attempt"),
+                                           ("claim_ignores_intent", "claim_lease")])
+def test_an_intent_mutant_leaves_malformed_arguments_to_its_command(name: str, command: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant breaks its one rule only: an attemptId that is no string (here unhashable) is still the
+    command's own argument_invalid, not a crash of the mutant's lookup."""
+    [mutant] = [m for m in MODEL if m.name == name]
+    assert mutant.plant is not None
+    mutant.plant(monkeypatch)
+    out = apply(State(), {"name": command, "args": {"attemptId": ["wta:x"]}})
+    assert out.error is not None and out.error.reason == "argument_invalid"
 
 
 def test_the_manifest_counts_only_behavioural_checks() -> None:

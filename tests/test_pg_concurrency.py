@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from qlwf.conformance import plans
 from qlwf.conformance.concurrency import ConcurrencyConfig, ConcurrencyReport, ScaledClock, concurrency_check
-from qlwf.conformance.concurrency_history import Replay, _run_of, replay_history
+from qlwf.conformance.concurrency_history import Replay, _run_of, replay_history, split_unseen_runs
 from qlwf.conformance.model_port import ModelPort
 from qlwf.impl.postgres.adapter import TransactionLog
 from qlwf.impl.postgres.server import PgServer
@@ -83,6 +83,20 @@ def test_replay_reports_an_outcome_the_model_does_not_give() -> None:
     assert len(problems) == 1 and "the model gives" in problems[0]
     problems = replay_history(log[:1], model.snapshot()).problems
     assert problems and "does not reproduce the stored state" in problems[0]
+
+
+def test_an_admission_without_an_observation_time_makes_no_reader_early() -> None:
+    """A run_missing reader is `early` only when it read the clock after the admission did: an admission logged
+    without its time (`now` None) is no such evidence, and the reader stays in the history."""
+    plan = plans.make_plan("run-1", "plan-1", {"a": []}, 1000)
+    admitted = ModelPort(1000).execute("admit_workflow", {"plan": plan}, now=1000)
+    missing = apply(State(clock=1010), {"name": "advance_frontier", "args": {"runId": "run-1"}}).error
+    assert missing is not None and missing.reason == "run_missing"
+    log = [TransactionLog("admit_workflow", {"plan": plan}, {"ok": admitted}, None),
+           TransactionLog("advance_frontier", {"runId": "run-1"}, {"error": missing.to_json()}, 1010)]
+    assert split_unseen_runs(log) == (log, [])
+    timed = [TransactionLog("admit_workflow", {"plan": plan}, {"ok": admitted}, 1000), log[1]]
+    assert split_unseen_runs(timed) == (timed[:1], timed[1:])
 
 
 def test_a_lost_commit_response_of_a_silent_renewal_is_decided_by_replay() -> None:

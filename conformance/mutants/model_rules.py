@@ -20,6 +20,7 @@ from qlwf.model import (
     cmd_tasks,
     cmd_worker,
     frontier,
+    recovery,
     system,
 )
 from qlwf.model import tables as T
@@ -29,6 +30,12 @@ from qlwf.model.state import State, StateWriter
 from .base import Mutant, Patcher
 
 TERMINAL_EVENTS = frozenset(f"workflow.{s}" for s in T.TERMINAL_RUN)
+
+
+def _attempt_of(state: State, args: Any) -> Record | None:
+    """The stored attempt `args` names, if any (the command validates its arguments after the mutant looks)."""
+    attempt_id = args.get("attemptId") if isinstance(args, dict) else None
+    return state.attempts.get(attempt_id) if isinstance(attempt_id, str) else None
 
 
 def _ready_while_need_running(mp: Patcher) -> None:
@@ -53,7 +60,7 @@ def _recovery_refuses_intent(mp: Patcher) -> None:
     original = system.COMMANDS["recover_attempt"]
 
     def recover(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
-        a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
+        a = _attempt_of(state, args)
         if a is not None and "cancelRequestedAtMs" in state.runs[a["runId"]]:
             raise ctx.conflict("cancellation_requested", "mutant: recovery refuses cancelling Runs")
         return original(state, ctx, args)
@@ -65,8 +72,8 @@ class _TerminalFirstWriter(StateWriter):
     """Writes the parent terminal event before the last StepRun event of the same transaction."""
 
     def commit(self) -> State:
-        events = self._copies.get("events")
-        for run_id, log in (events or {}).items():
+        events = self._copies.get("events", {})
+        for run_id, log in events.items():
             start = len(self.base.events.get(run_id, ()))
             new = list(log[start:])
             if len(new) >= 2 and new[-1]["type"] in TERMINAL_EVENTS and new[-2]["type"].startswith("step."):
@@ -95,7 +102,7 @@ def _claim_ignores_intent(mp: Patcher) -> None:
     original = system.COMMANDS["claim_lease"]
 
     def claim(state: State, ctx: system.CommandContext, args: Any) -> tuple[Record, State]:
-        a = state.attempts.get(args.get("attemptId")) if isinstance(args, dict) else None
+        a = _attempt_of(state, args)
         run = state.runs.get(a["runId"]) if a else None
         if run is None or "cancelRequestedAtMs" not in run:
             return original(state, ctx, args)
@@ -115,7 +122,7 @@ def _completion_ignores_intent(mp: Patcher) -> None:
 
 
 def _requeue_keeps_epoch(mp: Patcher) -> None:
-    original = cmd_recovery.build_task_recovery
+    original = recovery.build_task_recovery  # the function cmd_recovery imported and calls by that name
 
     def recover(inp: Any) -> Record:
         b = original(inp)
@@ -145,7 +152,7 @@ def _start_sets_started_at(mp: Patcher) -> None:
 
 
 def _frontier_lists_cancelling_runs(mp: Patcher) -> None:
-    original = cmd_queries.is_frontier_candidate
+    original = frontier.is_frontier_candidate  # the function cmd_queries imported and calls by that name
 
     def candidate(run: Record, plan: Record, status_by_key: dict[str, str]) -> bool:
         unmasked = {k: v for k, v in run.items() if k not in ("cancelRequestedAtMs", "cancelReason")}

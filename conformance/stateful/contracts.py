@@ -149,7 +149,8 @@ def expected_outcome(name: str, args: Any, before: State) -> Expected | None:
     if name == "admit_task_attempt" and args.get("runId") in before.runs \
             and args.get("stepRunId") in before.step_runs and isinstance(args.get("binding"), dict):
         return _admit(before, args)
-    a = before.attempts.get(args.get("attemptId")) if isinstance(args.get("attemptId"), str) else None
+    attempt_id = args.get("attemptId")
+    a = before.attempts.get(attempt_id) if isinstance(attempt_id, str) else None
     if a is None:
         return None
     f = _Facts(before, a)

@@ -166,7 +166,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             self.do("admit_workflow", {"plan": other}, _conflict("run_id_conflict"))
 
     # ---- frontier, queries, task admission ------------------------------------------------------
-    @precondition(lambda self: W.frontier_candidates(self.state))
+    @precondition(lambda self: bool(W.frontier_candidates(self.state)))
     @rule(data=st.data())
     def advance_frontier(self, data: st.DataObject) -> None:
         self.do("advance_frontier", {"runId": data.draw(st.sampled_from(W.frontier_candidates(self.state)))})
@@ -188,7 +188,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         if not full.result["truncated"] and rows != full.result["candidates"]:
             self.fail(f"{name}: paging by {limit} listed {rows} instead of {full.result['candidates']}")
 
-    @precondition(lambda self: W.task_candidates(self.state))
+    @precondition(lambda self: bool(W.task_candidates(self.state)))
     @rule(data=st.data(), executor=st.sampled_from(T.EXECUTOR_TYPES))
     def admit_task_attempt(self, data: st.DataObject, executor: str) -> None:
         run_id, step_id = data.draw(st.sampled_from(W.task_candidates(self.state)))
@@ -205,7 +205,7 @@ class WorkflowMachine(RuleBasedStateMachine):
                                        "binding": binding})
 
     # ---- workers -----------------------------------------------------------------------------------
-    @precondition(lambda self: W.attempts(self.state, ("claimed",)))
+    @precondition(lambda self: bool(W.attempts(self.state, ("claimed",))))
     @rule(data=st.data(), duration=st.sampled_from(W.DURATIONS))
     def claim_lease(self, data: st.DataObject, duration: int) -> None:
         a = data.draw(st.sampled_from(W.attempts(self.state, ("claimed",))))
@@ -216,7 +216,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         a = data.draw(st.sampled_from(W.attempts(self.state, tuple(T.ATTEMPT_STATUSES))))
         self.do("claim_lease", {"attemptId": a["id"], "workerId": min(self.alive), "durationMs": 5000})
 
-    @precondition(lambda self: W.holders(self.state, self.alive))
+    @precondition(lambda self: bool(W.holders(self.state, self.alive)))
     @rule(data=st.data(), name=st.sampled_from(W.FENCED), duration=st.sampled_from(W.DURATIONS),
           timeout=st.sampled_from(W.TIMEOUTS), exit_code=st.sampled_from(W.EXIT_CODES))
     def worker_command(self, data: st.DataObject, name: str, duration: int, timeout: int | None,
@@ -224,7 +224,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         a, lease = data.draw(st.sampled_from(W.holders(self.state, self.alive)))
         self.do(name, W.fenced_args(name, W.fence(a, lease), duration, timeout, exit_code))
 
-    @precondition(lambda self: W.with_lease(self.state))
+    @precondition(lambda self: bool(W.with_lease(self.state)))
     @rule(data=st.data())
     def stale_fence(self, data: st.DataObject) -> None:
         """A stale generation or another worker never passes FENCE (commands.md §2.4)."""
@@ -240,7 +240,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             reasons = ("not_leased", "worker_mismatch")
         self.do(name, W.fenced_args(name, f, 5000, None, 0), _conflict(*reasons))
 
-    @precondition(lambda self: W.holders(self.state, self.alive, live=True))
+    @precondition(lambda self: bool(W.holders(self.state, self.alive, live=True)))
     @rule(data=st.data())
     def wrong_status(self, data: st.DataObject) -> None:
         """A live fence on an attempt in the wrong status is a Conflict (commands.md §4.8–§4.12)."""
@@ -262,7 +262,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.dead.add(worker)
 
     # ---- recovery, cancellation ------------------------------------------------------------------
-    @precondition(lambda self: W.expired(self.state))
+    @precondition(lambda self: bool(W.expired(self.state)))
     @rule(data=st.data(), evidence=st.sampled_from(T.RECOVERY_EVIDENCE))
     def recover_attempt(self, data: st.DataObject, evidence: str) -> None:
         self.do("recover_attempt", {"attemptId": data.draw(st.sampled_from(W.expired(self.state))),
@@ -273,7 +273,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         aid = data.draw(st.sampled_from(sorted(self.state.attempts)))
         self.do("recover_attempt", {"attemptId": aid, "evidence": "not_running"})
 
-    @precondition(lambda self: W.cancellable_with_work(self.state))
+    @precondition(lambda self: bool(W.cancellable_with_work(self.state)))
     @rule(data=st.data(), reason=st.sampled_from(W.REASONS), actor=st.sampled_from(W.ACTORS))
     def request_cancel(self, data: st.DataObject, reason: str, actor: Record) -> None:
         """Cancel a Run that has work in flight (fresh Runs are cancelled through `refused`/cancel_again)."""
@@ -287,7 +287,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             _conflict("run_terminal") if run["status"] != "running" else _status("requested"))
         self.do("request_cancel", {"runId": run["id"], "reason": "policy", "actor": {"type": "system"}}, expect)
 
-    @precondition(lambda self: W.in_flight_under_intent(self.state, self.alive))
+    @precondition(lambda self: bool(W.in_flight_under_intent(self.state, self.alive)))
     @rule(data=st.data(), exit_code=st.sampled_from(W.EXIT_CODES))
     def finish_under_intent(self, data: st.DataObject, exit_code: int) -> None:
         """A worker still holding an attempt of a cancelling Run ends it; the outcome maps to cancelled or
@@ -298,7 +298,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.do(name, W.fenced_args(name, W.fence(a, lease), 5000, None, exit_code), _status(
             "completed", "start_failed"))
 
-    @precondition(lambda self: W.cancelling(self.state))
+    @precondition(lambda self: bool(W.cancelling(self.state)))
     @rule(data=st.data())
     def converge_cancellation(self, data: st.DataObject) -> None:
         self.do("converge_cancellation", {"runId": data.draw(st.sampled_from(W.cancelling(self.state)))},
@@ -315,7 +315,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         expect = _conflict("cancellation_requested") if "cancelRequestedAtMs" in run else None
         self.do("advance_frontier", {"runId": run["id"]}, expect)
 
-    @precondition(lambda self: W.cancelling(self.state))
+    @precondition(lambda self: bool(W.cancelling(self.state)))
     @rule(limit=st.integers(1, 3))
     def page_sweep(self, limit: int) -> None:
         """LIVE-1.3: a sweep of convergence pages with the caller-held cursor processes every Run that is
@@ -339,7 +339,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         if problems:
             self.fail("LIVE-1.3 page sweep: " + "; ".join(problems))
 
-    @precondition(lambda self: W.cancelling(self.state))
+    @precondition(lambda self: bool(W.cancelling(self.state)))
     @rule(data=st.data())
     def refused_under_intent(self, data: st.DataObject) -> None:
         """No new work after intent (D-3, D-5): each of these must be refused."""
@@ -462,7 +462,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             self.do("admit_task_attempt", {"runId": run_id, "stepRunId": step_id,
                                            "binding": W.binding(self.state, step_id)}, _status("created"))
 
-    @precondition(lambda self: W.attempts(self.state))
+    @precondition(lambda self: bool(W.attempts(self.state)))
     @rule(data=st.data(), steps=st.integers(1, 5), duration=st.sampled_from(W.DURATIONS),
           timeout=st.sampled_from(W.TIMEOUTS), exit_code=st.sampled_from(W.EXIT_CODES))
     def worker_session(self, data: st.DataObject, steps: int, duration: int, timeout: int | None,
@@ -490,7 +490,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             if out.error is not None:
                 return
 
-    @precondition(lambda self: W.holders(self.state, self.alive, live=True))
+    @precondition(lambda self: bool(W.holders(self.state, self.alive, live=True)))
     @rule(duration=st.sampled_from(W.DURATIONS))
     def heartbeat(self, duration: int) -> None:
         """Every worker still acting renews each of its live leases (the worker protocol's heartbeat)."""

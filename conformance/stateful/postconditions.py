@@ -66,10 +66,13 @@ def expected_events(name: str, args: Record, before: State, result: Record) -> i
         first_request = (status == "stop_requested" and result.get("reason") == "timeout" and a is not None
                          and not _timeout_requested(before, a) and "cancelRequestedAtMs" not in before.runs[a["runId"]])
         return 1 if first_request else 0
+    terminal_event = 1 if status == "terminal" else 0
     if name == "advance_frontier":
-        return result["stepMutationCount"] + (1 if status == "terminal" else 0)
+        step_events: int = result["stepMutationCount"]
+        return step_events + terminal_event
     if name == "converge_cancellation":
-        return result["settledAttempts"] + result["stepMutationCount"] + (1 if status == "terminal" else 0)
+        written: int = result["settledAttempts"] + result["stepMutationCount"]
+        return written + terminal_event
     return None
 
 
@@ -98,10 +101,10 @@ def _mapping_problems(name: str, args: Record, before: State, result: Record) ->
             out.append(f"{name} mapped to {result['attemptStatus']}, task-attempts.md §7 requires {want}")
     if name == "renew_lease":
         deadline = a.get("deadlineAtMs")
-        want = ("stop_requested", run["cancelReason"]) if intent else ("stop_requested", "timeout") if (
+        answer = ("stop_requested", run["cancelReason"]) if intent else ("stop_requested", "timeout") if (
             deadline is not None and deadline <= now) else ("renewed", None)
-        if (status, result.get("reason")) != want:
-            out.append(f"renew answered {(status, result.get('reason'))}, task-attempts.md §4.3 requires {want}")
+        if (status, result.get("reason")) != answer:
+            out.append(f"renew answered {(status, result.get('reason'))}, task-attempts.md §4.3 requires {answer}")
     if name == "claim_lease" and intent and a["status"] == "claimed" and run["status"] == "running" \
             and (status, result.get("reason")) != ("not_eligible", "cancellation_requested"):
         out.append(f"claim under intent answered {status} (D-3 requires not_eligible/cancellation_requested)")
@@ -113,7 +116,7 @@ def _mapping_problems(name: str, args: Record, before: State, result: Record) ->
 def _result_problems(name: str, args: Record, before: State, after: State, result: Record) -> list[str]:
     """The result reports what is stored (commands.md §4 result definitions)."""
     status = result.get("status")
-    aid = args.get("attemptId")
+    aid = args.get("attemptId", "")  # a string wherever it is read: the command answered, so its arguments were valid
     out: list[str] = []
 
     def same(label: str, got: Any, want: Any) -> None:
@@ -142,8 +145,8 @@ def _result_problems(name: str, args: Record, before: State, after: State, resul
         run = after.runs[args["runId"]]
         same("intent", (result["cancelRequestedAtMs"], result["cancelReason"], result["runVersion"]),
              (run["cancelRequestedAtMs"], run["cancelReason"], run["version"]))
-    if name == "converge_cancellation" and (want := convergence_expectation(before, args["runId"])) is not None:
-        same("decision", {k: result[k] for k in want}, want)
+    if name == "converge_cancellation" and (decision := convergence_expectation(before, args["runId"])) is not None:
+        same("decision", {k: result[k] for k in decision}, decision)
     if name in ("advance_frontier", "converge_cancellation"):
         run = after.runs[args["runId"]]
         same("counters", (result["runVersion"], result["runEventSequence"]), (run["version"], run["eventSequence"]))

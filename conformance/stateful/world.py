@@ -106,10 +106,10 @@ def next_timer(state: State) -> int | None:
 
 
 def fenced_args(name: str, f: dict[str, Any], duration: int, timeout: int | None, exit_code: int) -> dict[str, Any]:
-    extra: dict[str, Any] = {"renew_lease": {"durationMs": duration}, "release_lease": {"reason": "declined"},
-                             "start_attempt": {"timeoutMs": timeout}, "complete_attempt": {"exitCode": exit_code}}.get(
-        name, {})
-    return {**f, **extra}
+    extras: dict[str, dict[str, Any]] = {
+        "renew_lease": {"durationMs": duration}, "release_lease": {"reason": "declined"},
+        "start_attempt": {"timeoutMs": timeout}, "complete_attempt": {"exitCode": exit_code}}
+    return {**f, **extras.get(name, {})}
 
 
 def natural_actions(state: State, alive: set[str]) -> list[tuple[str, dict[str, Any]]]:
