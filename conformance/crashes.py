@@ -106,9 +106,7 @@ class CrashingSqliteAdapter(SqliteAdapter):
         self.plan = CrashPlan()
         self.crash_stats = stats
         plan = self.plan
-        # CrashingConnection stands in for the sqlite3.Connection SqliteStore is annotated with (it forwards the rest)
-        super().__init__(self.path,
-                         store_factory=lambda conn: store_class(CrashingConnection(conn, plan)))  # type: ignore[arg-type]
+        super().__init__(self.path, store_factory=lambda conn: store_class(CrashingConnection(conn, plan)))
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
         if name not in T.WRITING_COMMANDS or name == "converge_cancellation_page":

@@ -6,6 +6,7 @@ import argparse
 import os
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
@@ -15,14 +16,14 @@ from qlwf.campaign.shards import KINDS, Budget
 DEFAULT_OUT = "reports/campaign"
 
 
-def _positive(kind: type[int] | type[float]) -> type:
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
     parse.__name__ = kind.__name__
-    return parse  # type: ignore[return-value]
+    return parse
 
 
 def _kinds(text: str) -> tuple[str, ...]:
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "campaign", help="a long verification run in seeded shards over a process pool or a Dask cluster",
         description="Stateful-test seeds, generated conformance traces (SQLite; PostgreSQL when QLWF_PG_DSN or a "

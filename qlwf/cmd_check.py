@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(results)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     checks = "\n".join(f"  {c.name:<22} {c.description}" for c in CHECKS)
     p = sub.add_parser(
         "check", help="run the verification gate", formatter_class=argparse.RawDescriptionHelpFormatter,

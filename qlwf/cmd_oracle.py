@@ -448,7 +448,7 @@ EPILOG = "\n".join([
 ])
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     oracle = sub.add_parser("oracle", help="consult the specification oracle on a ql3 JSON snapshot",
                             description=DESCRIPTION, epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from qlwf.impl.commands import guards
 from qlwf.impl.commands.failures import ConcurrentChange
@@ -47,10 +47,16 @@ __all__ = ["ACTIVE", "DATABASE_TIME_SQL", "SqliteStore", "StoredStepRun"]
 DATABASE_TIME_SQL = "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
 
+class Statements(Protocol):
+    """What the store needs of its connection: a sqlite3.Connection, or a proxy that injects faults."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor: ...
+
+
 class SqliteStore:
     """Row-level access over one connection; owns no transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Statements) -> None:
         self.conn = conn
 
     # ---- locks (no-ops: the IMMEDIATE transaction holds the database's only write lock) and clock --

@@ -100,7 +100,8 @@ class DaskExecutor:
             time.sleep(0.02)
 
     def result(self, handle: Any) -> ShardResult:
-        return handle.result()  # type: ignore[no-any-return]
+        result: ShardResult = handle.result()  # a dask Future of run_shard
+        return result
 
     def cancel(self, handles: Iterable[Any]) -> None:
         futures = list(handles)
