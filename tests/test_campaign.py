@@ -21,7 +21,18 @@ from qlwf.conformance.trace import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, summarize
-from qlwf.campaign.shards import KINDS, Budget, Finding, Shard, ShardResult, derived_seed, explorer, plan, run_shard
+from qlwf.campaign.shards import (
+    KINDS,
+    Budget,
+    Finding,
+    Shard,
+    ShardResult,
+    derived_seed,
+    explorer,
+    explorer_shapes,
+    plan,
+    run_shard,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = Budget(stateful_examples=2, sqlite_traces=2, postgres_traces=1, oracle_lines=200, explore_max_steps=1,
@@ -336,6 +347,24 @@ def test_the_postgres_leg_on_the_pool_and_on_dask(pg_server: Any, dask_cluster: 
     code, dask = campaign(on_dask, lambda: DaskExecutor(dask_cluster), out=io.StringIO(), live=False)
     assert code == 0 and not differences(without_timing(dask), without_timing(pool))
     assert pg_server.dsn().split("password=")[-1] not in json.dumps(dask)  # never in the summary
+
+
+def test_explorer_shards_take_the_largest_size_from_a_seeded_offset() -> None:
+    """Smaller sizes in order, then every shape of the largest size exactly once, rotated by the seed,
+    so that campaigns ending within that size cover different parts of it."""
+    dag_shapes = explorer().dag_shapes
+    smaller, largest = dag_shapes(1) + dag_shapes(2), dag_shapes(3)
+    firsts = set()
+    for seed in range(12):
+        shapes = explorer_shapes(seed, 3)
+        assert shapes == explorer_shapes(seed, 3) and shapes[:len(smaller)] == smaller
+        rest = shapes[len(smaller):]
+        start = largest.index(rest[0])
+        assert rest == largest[start:] + largest[:start]
+        firsts.add(rest[0])
+        assert [s.shape for s in plan(seed, ("explore",), Budget(explore_max_steps=3))] == shapes
+    assert len(firsts) > 1
+    assert explorer_shapes(7, 0) == []
 
 
 def test_plans_end_when_nothing_is_left_to_run() -> None:

@@ -9,6 +9,7 @@ command allowed to be missing, and from then on it is checked like the others.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import subprocess
@@ -139,6 +140,9 @@ def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findi
     (argv,) = [argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "campaign"]
     args = build_parser().parse_args(argv)
     assert args.minutes * 60 + 15 * 60 <= job["timeout-minutes"] * 60  # room to install, render and upload
+    # the nightly explores beyond the gate's exhaustive scope (the manifest's largest K for every shape)
+    manifest = json.loads((REPO / "model" / "explore_manifest.json").read_text(encoding="utf-8"))
+    assert args.explore_max_steps > max(int(k) for k in manifest["totals"])
     out = args.out
     assert any(f"{out}/traces/*.json" in r and "./qlwfw show" in r for r in runs)
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]

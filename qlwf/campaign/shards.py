@@ -66,11 +66,20 @@ def derived_seed(campaign_seed: int, kind: str, number: int, part: int = 0) -> i
     return int.from_bytes(digest[:4], "big")
 
 
+def explorer_shapes(campaign_seed: int, max_steps: int) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+    """Every DAG shape of 1..max_steps steps, smaller sizes first. The shapes of the largest size start
+    at a seed-derived offset and wrap around: a campaign whose deadline ends it within that size (302
+    shapes of 5 steps take about an hour of two cores) covers a different part of it for each seed."""
+    dag_shapes = explorer().dag_shapes
+    last = dag_shapes(max_steps) if max_steps >= 1 else []
+    start = derived_seed(campaign_seed, "explore", 0) % len(last) if last else 0
+    return [s for n in range(1, max_steps) for s in dag_shapes(n)] + last[start:] + last[:start]
+
+
 def plan(campaign_seed: int, kinds: tuple[str, ...], budget: Budget, plant: str | None = None,
          pg_dsn: str | None = None) -> Iterator[Shard]:
     """Every shard of the campaign in order: the kinds round-robin, the explorer's shapes until they run out."""
-    dag_shapes = explorer().dag_shapes
-    shapes = [s for n in range(1, budget.explore_max_steps + 1) for s in dag_shapes(n)] if "explore" in kinds else []
+    shapes = explorer_shapes(campaign_seed, budget.explore_max_steps) if "explore" in kinds else []
     counts = dict.fromkeys(kinds, 0)
     index = 0
     while kinds:
