@@ -93,7 +93,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--oracle-lines", type=_positive(int), default=Budget.oracle_lines, metavar="N",
                    help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")
     p.add_argument("--explore-max-steps", type=_positive(int), default=Budget.explore_max_steps, metavar="K",
-                   help=f"explorer shards: every DAG shape of 1..K steps (default {Budget.explore_max_steps})")
+                   help=f"explorer shards: every DAG shape of 1..K steps (default {Budget.explore_max_steps}); "
+                        "those of K steps start at an offset derived from the seed")
     p.add_argument("--explore-max-depth", type=_positive(int), metavar="D",
                    help="bound the explorer's search depth (default: exhaustive over each shape)")
     p.set_defaults(func=run)
