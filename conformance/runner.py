@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import multiprocessing
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import InvalidStateError, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from . import backends
 from .coverage import Coverage
+from .fork_pool import ForkPool
 from .generators import GeneratorConfig, generate
 from .lockstep import Divergence, LockstepResult, load_invariant_check, run_lockstep
 from .render import trace_dir
@@ -151,9 +148,9 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
     begin = time.perf_counter()
     merged = RunSummary(backend, coverage=Coverage(backend))
     # fork: workers inherit the backend registry (including backends registered at run time)
-    with _quiet_cancelled_results(), ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ForkPool(_generated_chunk, jobs) as pool:  # leaving it early (an interrupt) kills what still runs
         parts = []
-        for part in pool.map(_generated_chunk, work):
+        for part in pool.ordered(work):
             parts.append(part)
             if on_result is not None:
                 for result in part.results:
@@ -164,25 +161,6 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
             merged.coverage.merge(part.coverage)
     merged.seconds = time.perf_counter() - begin
     return merged
-
-
-@contextlib.contextmanager
-def _quiet_cancelled_results() -> Iterator[None]:
-    """An interrupt (SIGINT/SIGTERM) inside `pool.map` cancels the pending futures; a chunk that
-    finishes in that instant makes the executor's manager thread set a result on a cancelled future,
-    and CPython 3.11 prints that InvalidStateError as a thread traceback. It carries no information
-    (the run is being torn down), so only that exception, only from threads, is dropped."""
-    previous = threading.excepthook
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if args.exc_type is not InvalidStateError:
-            previous(args)
-
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous
 
 
 def save_divergence(divergence: Divergence, backend: str, directory: Path | None = None) -> Path | None:

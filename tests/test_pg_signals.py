@@ -324,30 +324,3 @@ def test_only_databases_of_dead_owners_on_this_host_are_reaped(external: Throwaw
     finally:
         for name in (dead, foreign, live):
             external.drop_database(name)
-
-
-def test_an_interrupted_pool_drops_only_the_cancelled_result_traceback() -> None:
-    """The CPython race of an interrupted pool.map (a result set on a cancelled future, in the executor's
-    thread) prints nothing; any other thread exception still reaches the previous hook."""
-    import threading
-    from concurrent.futures import InvalidStateError
-
-    from qlwf.conformance import runner
-
-    seen: list[type[BaseException]] = []
-    previous = threading.excepthook
-    def record(args: threading.ExceptHookArgs) -> None:
-        seen.append(args.exc_type)
-
-    threading.excepthook = record
-    try:
-        with runner._quiet_cancelled_results():
-            for exc in (InvalidStateError("CANCELLED"), ValueError("a real bug")):
-                def fail(e: BaseException = exc) -> None:
-                    raise e
-                t = threading.Thread(target=fail)
-                t.start()
-                t.join()
-        assert seen == [ValueError] and threading.excepthook is record, "only that error dropped; hook restored"
-    finally:
-        threading.excepthook = previous

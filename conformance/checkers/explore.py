@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -68,6 +67,7 @@ from qlwf.model.records import Record, sign_plan, task_definition_ref
 from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
+from ..fork_pool import ForkPool
 from .liveness import drain, lease_horizon
 
 Edge = tuple[int, int]
@@ -730,13 +730,12 @@ def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
 
     if jobs > 1 and len(todo) > 1:
         work = [(i, todo[i], cfg, observer, checker) for i in dispatch_order(todo)]
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
-            for i, r in pool.imap_unordered(_explore_one, work):
+        with ForkPool(_explore_one, min(jobs, len(work))) as pool:  # leaving it kills what still runs
+            for _, (i, r) in pool.unordered(work):
                 done[i] = r
                 if progress is not None:
                     progress(r)
                 if settled():
-                    pool.terminate()
                     break
     else:
         for i, shape in enumerate(todo):

@@ -8,11 +8,11 @@ everything they need inside the shard.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
+
+from qlwf.conformance.fork_pool import ForkPool, Outcome
 
 from .shards import Shard, ShardResult, run_shard
 
@@ -37,37 +37,44 @@ class Executor(Protocol):
 
 
 class PoolExecutor:
-    """concurrent.futures over forked local processes; close() kills what still runs (an interrupt, a
+    """Forked local processes (conformance/fork_pool); close() kills what still runs (an interrupt, a
     finding that makes the remaining shards moot) instead of waiting for it."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.where = f"a local pool of {workers} process(es)"
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._pool: ForkPool[Shard, ShardResult] = ForkPool(run_shard, workers)
+        self._finished: dict[int, Outcome[ShardResult]] = {}
 
-    def submit(self, shard: Shard) -> Future[ShardResult]:
-        return self._pool.submit(run_shard, shard)
+    def submit(self, shard: Shard) -> int:
+        return self._pool.submit(shard)
 
     def wait_any(self, handles: Iterable[Any], timeout: float) -> set[Any]:
-        done, _ = wait(list(handles), timeout=timeout, return_when=FIRST_COMPLETED)
-        return set(done)
+        wanted = set(handles)
+        deadline = time.monotonic() + timeout
+        while not wanted & self._finished.keys():
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._pool.pending:
+                break
+            self._collect(left)
+        return wanted & self._finished.keys()
 
-    def result(self, handle: Future[ShardResult]) -> ShardResult:
-        return handle.result()
+    def result(self, handle: int) -> ShardResult:
+        """The shard's result, waiting for it if need be (a cancelled shard has none: KeyError)."""
+        while handle not in self._finished and self._pool.pending:
+            self._collect(None)
+        return self._finished.pop(handle).get()
+
+    def _collect(self, timeout: float | None) -> None:
+        for outcome in self._pool.wait(timeout):
+            self._finished[outcome.ticket] = outcome
 
     def cancel(self, handles: Iterable[Any]) -> None:
         for h in handles:
-            h.cancel()
+            self._pool.cancel(h)
 
     def close(self) -> None:
-        # ProcessPoolExecutor has no way to stop a running task; its processes are ours to end.
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            if p.is_alive():
-                p.terminate()
-        for p in processes:
-            p.join(10)
+        self._pool.close()
 
 
 class DaskExecutor:
