@@ -231,6 +231,7 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     from importlib import resources
 
     from qlwf.conformance.checkers.explore import Config, explore, manifest_counts, scope_shapes
+    from qlwf.conformance.stateful.postconditions import transition_problems
 
     manifest = json.loads(resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8"))
     totals, pinned_selected = manifest["totals"], manifest.get("selected", {})
@@ -239,8 +240,10 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     k = EXPLORER_QUICK_K if opts.get("quick") else max(int(n) for n in totals)
     selected = () if opts.get("quick") else tuple(sorted(int(n) for n in pinned_selected))
     jobs = min(EXPLORER_JOBS, os.cpu_count() or 1)
-    # one finding fails the check
-    report = explore(Config(max_steps=k, shapes=scope_shapes(k, selected), stop_on_violation=True), jobs=jobs)
+    # one finding fails the check; every committed transition is checked against its command's
+    # postconditions too (the explorer's contract evidence, conformance/mutants: Q-84)
+    report = explore(Config(max_steps=k, shapes=scope_shapes(k, selected), stop_on_violation=True), jobs=jobs,
+                     checker=transition_problems)
     explored = manifest_counts(report)
     counts = explored["totals"][str(k)]
     problems = []
@@ -264,7 +267,7 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     summary = f"K={k}: {counts['distinct_states']} states, {counts['transitions']} transitions"
     summary += "".join(f"; K={n} {c['family']}: {c['distinct_states']} states, {c['transitions']} transitions"
                        for n, c in zip(selected, beyond, strict=True) if c)
-    return Evidence(f"{summary}; all invariants and LIVE-1",
+    return Evidence(f"{summary}; all invariants, postconditions and LIVE-1",
                     {"max_steps": k, "selected_max_steps": max(selected, default=k), "distinct_states": states,
                      "transitions": counts["transitions"] + sum(c.get("transitions", 0) for c in beyond)},
                     tuple(problems))

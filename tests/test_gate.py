@@ -212,3 +212,20 @@ def test_fail_fast_runs_no_generated_trace_once_the_corpus_diverges() -> None:
     assert fast_failed and slow_failed
     assert fast["traces"] == fast["corpus_traces"] > 0
     assert slow["traces"] == slow["corpus_traces"] + 30
+
+
+def test_the_gate_explorer_checks_every_transition_against_its_postconditions(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """completion_ignores_intent breaks no invariant the explorer reaches at K ≤ 3: without the
+    postconditions the gate would only see the pinned counts move. With them it shows the transition."""
+    from qlwf.conformance.mutants.manifest import by_name
+
+    monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
+    mutant = by_name("completion_ignores_intent")
+    assert mutant.plant is not None
+    mutant.plant(monkeypatch)
+    evidence = checks.explorer_manifest({"quick": True})
+    assert evidence.problems, "the planted fault must fail the gate's explorer"
+    first = evidence.problems[0]
+    assert "kind='postcondition'" in first and "task-attempts.md §7 requires cancelled" in first, first
+    assert list(tmp_path.glob("*.json")), "the counterexample is written as a replayable trace"
