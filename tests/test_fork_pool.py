@@ -50,10 +50,6 @@ def _sleep(seconds: float) -> float:
     return seconds
 
 
-def _pid(_: int) -> int:
-    return os.getpid()
-
-
 def _big(x: int) -> bytes:
     return bytes([x % 256]) * (4 << 20)  # far beyond a pipe's buffer: the writer blocks mid-result
 
@@ -134,7 +130,8 @@ def test_closing_while_a_task_runs_kills_and_reaps_every_worker() -> None:
     pids = [w.process.pid for w in pool._workers]
     begin = time.monotonic()
     pool.close()
-    assert time.monotonic() - begin < 10, "the idle worker exits when asked, the busy one is killed"
+    # killed, not awaited: the task would run for 60 s
+    assert time.monotonic() - begin < 45, "the idle worker exits when asked, the busy one is killed"
     assert all(pid is not None and not _alive(pid) for pid in pids)
     assert pool.pending == 0 and pool.workers == 0
 
@@ -156,8 +153,7 @@ def test_workers_of_a_killed_parent_exit_on_their_own() -> None:
     script = (
         "import os, sys, time\n"
         "from qlwf.conformance.fork_pool import ForkPool\n"
-        "from tests.test_fork_pool import _pid\n"
-        "pool = ForkPool(_pid, 3)\n"
+        "pool = ForkPool(abs, 3)\n"
         "print(*[w.process.pid for w in pool._workers], flush=True)\n"
         "time.sleep(120)\n"
     )
