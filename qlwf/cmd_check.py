@@ -10,6 +10,20 @@ from pathlib import Path
 from qlwf.checks import CHECKS, LEGS
 from qlwf.gate import EXIT_USAGE, exit_code, render_counts, render_table, run_checks, write_json, write_junit
 
+# per check (per planted fault under --self-test, which runs the quick budgets); the slowest check takes
+# about 30 s of the quick profile and two minutes of the full one on two cores
+DEFAULT_CHECK_TIMEOUT = {"quick": 300.0, "full": 1200.0}
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError("must be in (0, 86400] seconds")
+    return value
+
 
 def run(args: argparse.Namespace) -> int:
     selected = [c for c in CHECKS if not args.only or c.name in args.only]
@@ -27,12 +41,15 @@ def run(args: argparse.Namespace) -> int:
         except PostgresUnavailable as e:
             print(f"qlwf check: {e}", file=sys.stderr)
             return EXIT_USAGE
+    quick = args.quick or args.self_test
+    limit = args.check_timeout or DEFAULT_CHECK_TIMEOUT["quick" if quick else "full"]
     if args.self_test:
         from qlwf.selftest import self_test
 
-        results = self_test(skip=skip, progress=sys.stderr)
+        results = self_test(skip=skip, progress=sys.stderr, timeout=limit)
     else:
-        results = run_checks(selected, {"quick": args.quick}, progress=sys.stderr, skip=skip, lanes=args.jobs)
+        results = run_checks(selected, {"quick": args.quick, "check_timeout": limit},
+                             progress=sys.stderr, skip=skip, lanes=args.jobs)
     print(render_table(results))
     if args.json:
         write_json(results, Path(args.json))
@@ -51,7 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog=f"checks:\n{checks}\n\n"
                "profiles:\n  (default)  the full budgets\n  --quick    smaller budgets, as CI runs them\n\n"
                "verdicts: passed, failed, unknown (no problem found but too little evidence: a count below its\n"
-               "floor in model/gate_evidence.json, or a leg that could not run), skipped (only by --skip)\n\n"
+               "floor in model/gate_evidence.json, a leg that could not run, or a check stopped at\n"
+               "--check-timeout), skipped (only by --skip)\n\n"
                "exit codes:\n  0  every check that ran passed\n  1  a check failed\n  2  bad usage\n"
                "  2  also: QLWF_PG_DSN is set but malformed or unreachable\n"
                "  3  no failure, but a check is unknown (or every check was skipped)\n\n"
@@ -69,6 +87,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="2 (the default where there are two cores): the PostgreSQL leg runs in this process "
                         "while a second process takes the other checks, and this one joins it when free; "
                         "1: one after another. The evidence and the verdicts are the same")
+    p.add_argument("--check-timeout", type=_seconds, metavar="SECONDS",
+                   help="stop a check that has no verdict after this long and report it unknown, so that a hang "
+                        f"cannot hold the gate (default {DEFAULT_CHECK_TIMEOUT['full']:g}, with --quick "
+                        f"{DEFAULT_CHECK_TIMEOUT['quick']:g}; with --self-test: per planted fault, default "
+                        f"{DEFAULT_CHECK_TIMEOUT['quick']:g})")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

@@ -7,7 +7,8 @@ gate, not the check, decides the verdict (Jepsen's valid? true | false | unknown
 * unknown — no problem, but not enough evidence: a count below its floor in
   `model/gate_evidence.json`, a count the floors ask for that the check did not report, no floor
   defined for the check at all, a gap the check reported itself (a leg that could not run, a
-  property list different from the registry), or `NoEvidence` raised;
+  property list different from the registry), `NoEvidence` raised, or no verdict within the
+  check's time limit (`check_timeout`: the check is stopped, so a hang cannot hold the gate);
 * passed  — no problem and every floor met;
 * skipped — left out on request (`--skip LEG`); the report says so.
 
@@ -16,11 +17,14 @@ No verdict logic uses `assert`, so `python -O` changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,6 +44,44 @@ EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
 class NoEvidence(Exception):
     """Raised by a check that could not gather any evidence here (the message says why)."""
+
+
+class CheckTimedOut(BaseException):
+    """Raised inside a check that ran past its time limit. A BaseException, like KeyboardInterrupt,
+    so that a check's own `except Exception` cannot swallow it; its `with` blocks still clean up
+    (pools kill their workers, throwaway databases are dropped)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise CheckTimedOut in this thread once `seconds` have passed (a real-time interval timer and
+    SIGALRM, so a check blocked in a system call is stopped too). Only the main thread receives
+    signals: elsewhere, or with `seconds` None, there is no limit. An interval timer already armed
+    (pytest-timeout's, say) is set aside and re-armed afterwards with what remains of it, unless it
+    would fire first: then it is left alone and this limit is not armed."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer_delay and outer_delay <= seconds:
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise CheckTimedOut(f"no verdict within {seconds:g} s")
+
+    outer_handler = signal.signal(signal.SIGALRM, expire)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer_delay:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - start), 0.001),
+                             outer_interval)
 
 
 @dataclass(frozen=True)
@@ -138,8 +180,13 @@ def run_checks(checks: list[Check], options: dict[str, Any], progress: TextIO | 
 
 def _run_one(check: Check, options: dict[str, Any], floors: Mapping[str, int] | None) -> CheckResult:
     t0 = time.perf_counter()
+    limit = options.get("check_timeout")
     try:
-        evidence = check.run(options)
+        with time_limit(limit):
+            evidence = check.run(options)
+    except CheckTimedOut as e:
+        why = f"{e}: the check was stopped (a hang, or a host far slower than --check-timeout allows)"
+        return CheckResult(check.name, "unknown", _since(t0), why, floors=dict(floors or {}), gaps=[why])
     except NoEvidence as e:
         return CheckResult(check.name, "unknown", _since(t0), str(e), floors=dict(floors or {}),
                            gaps=[f"no evidence: {e}"])

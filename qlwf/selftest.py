@@ -23,6 +23,8 @@ from typing import Any
 from qlwf.checks import CHECKS
 from qlwf.gate import Check, CheckResult, load_floors, run_checks
 
+CHILD_MARGIN_SECONDS = 30.0
+
 
 class NotPlanted(Exception):
     """The fault's target no longer exists: the catalogue must be updated."""
@@ -88,11 +90,13 @@ class FaultResult:
         return self.verdict == "failed"
 
 
-def _child(fault: Fault, check: Check, floors: dict[str, int] | None, conn: Connection) -> None:
+def _child(fault: Fault, check: Check, floors: dict[str, int] | None, limit: float, conn: Connection) -> None:
     try:
         fault.plant()
-        # fail_fast: a planted fault the corpus already shows needs no generated traces to fail the check
-        (result,) = run_checks([check], {"quick": True, "fail_fast": True}, floors={check.name: floors or {}})
+        # fail_fast: a planted fault the corpus already shows needs no generated traces to fail the check.
+        # The check's own time limit comes first, so a hang is reported from here (unknown: not caught).
+        (result,) = run_checks([check], {"quick": True, "fail_fast": True, "check_timeout": limit},
+                               floors={check.name: floors or {}})
         conn.send((result.status, result.summary))
     except NotPlanted as e:
         conn.send(("not planted", str(e)))
@@ -105,14 +109,16 @@ def _child(fault: Fault, check: Check, floors: dict[str, int] | None, conn: Conn
 class _Running:
     """One fault's check running in its own forked process."""
 
-    def __init__(self, fault: Fault) -> None:
+    def __init__(self, fault: Fault, timeout: float) -> None:
         check = next(c for c in CHECKS if c.name == fault.check)
         floors = load_floors()["quick"].get(check.name)
         ctx = multiprocessing.get_context("fork")  # the fault lives and dies with the child
         self.fault = fault
         self.start = time.perf_counter()
         self.conn, child = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_child, args=(fault, check, floors, child))
+        # the child stops its check a little before this process stops waiting for it
+        limit = max(timeout - CHILD_MARGIN_SECONDS, timeout / 2)
+        self.proc = ctx.Process(target=_child, args=(fault, check, floors, limit, child))
         self.proc.start()
         child.close()
 
@@ -133,7 +139,7 @@ class _Running:
 
 
 def self_test(skip: frozenset[str] = frozenset(), progress: Any = None, jobs: int = 2,
-              timeout: float = 600.0) -> list[CheckResult]:
+              timeout: float = 300.0) -> list[CheckResult]:
     """One gate result per fault (in catalogue order): passed when its owning check caught it.
 
     Up to `jobs` faults run at once, each in its own process."""
@@ -151,7 +157,7 @@ def self_test(skip: frozenset[str] = frozenset(), progress: Any = None, jobs: in
             if progress is not None:
                 print(f"qlwf check --self-test: planting {fault.name} ({fault.layer}) → {fault.check}",
                       file=progress, flush=True)
-            running.append(_Running(fault))
+            running.append(_Running(fault, timeout))
         current = running.pop(0)
         r, seconds = current.finish(timeout)
         done[r.fault.name] = _result(r, seconds)
