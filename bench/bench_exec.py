@@ -58,6 +58,11 @@ def startup_seconds() -> float:
         factory.shutdown()
 
 
+def _driver_reading_back(mode: str) -> Callable[[], exec_port.ExecBackend]:
+    """The driver without sending ahead, reading the state back by `mode`."""
+    return lambda: exec_port.ExecBackend(exec_port.reference_driver("sqlite"), read_back=mode, ahead=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", type=int, default=60)
@@ -68,9 +73,7 @@ def main() -> None:
     variants: dict[str, Callable[[], SqliteBackend | exec_port.ExecBackend]] = {
         "in-process": SqliteBackend,
         "driver (default)": lambda: exec_port.ExecBackend(exec_port.reference_driver("sqlite")),
-        **{f"driver, {mode}": (lambda mode=mode: exec_port.ExecBackend(exec_port.reference_driver("sqlite"),
-                                                                       read_back=mode, ahead=False))
-           for mode in exec_port.READ_BACK},
+        **{f"driver, {mode}": _driver_reading_back(mode) for mode in exec_port.READ_BACK},
     }
     print(f"corpus + {args.traces} generated traces (seed {args.seed}), best of {args.repeats}")
     print(f"driver start-up (spawn + hello + reset): {min(startup_seconds() for _ in range(3)) * 1000:.0f} ms")

@@ -57,12 +57,12 @@ def main(argv: list[str] | None = None) -> int:
           f"(seconds per property; V = violated, ? = unknown)")
     print(f"{'property':<{width}} " + " ".join(f"{'N=' + str(n):>8}" for n in ns))
     for name, row in table.items():
-        cells = []
+        columns = []
         for n in ns:
             result, secs = row.get(n, ("", 0.0))
             mark = {"proved": "", "violated": "V", "unknown": "?"}.get(result, "-")
-            cells.append(f"{secs:>7.2f}{mark or ' '}")
-        print(f"{name:<{width}} " + " ".join(cells))
+            columns.append(f"{secs:>7.2f}{mark or ' '}")
+        print(f"{name:<{width}} " + " ".join(columns))
     print(f"{'TOTAL (wall)':<{width}} " + " ".join(f"{totals[n]:>7.1f} " for n in ns))
     return 0 if ok else 1
 

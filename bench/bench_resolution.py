@@ -77,6 +77,7 @@ def late_cancel_snapshot(name: str, steps: list[tuple[str, list[str]]], done: in
         for s in sorted(ready, key=lambda s: s["stepKey"])[: done - finished]:
             out = w.apply("admit_task_attempt", runId=run_id, stepRunId=s["id"],
                           binding=consistent_binding(plan, by_id[s["id"]]))
+            assert out.result is not None, out.error
             fence = {"attemptId": out.result["attempt"]["id"], "workerId": "w", "leaseGeneration": 1}
             assert w.apply("claim_lease", attemptId=fence["attemptId"], workerId="w", durationMs=60000).ok
             assert w.apply("start_attempt", **fence, timeoutMs=None).ok

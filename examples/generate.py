@@ -45,10 +45,10 @@ def run_attempt(w: WorkflowSystem, run_id: str, step_id: str, *, until: str, exi
     step = next(s for s in adm["plan"]["steps"] if s["stepRunId"] == step_id)
     out = w.apply("admit_task_attempt", runId=run_id, stepRunId=step_id,
                   binding=consistent_binding(adm["plan"], step))
-    assert out.ok, out.error
-    aid = out.result["attempt"]["id"]
+    assert out.ok and out.result is not None, out.error
+    aid: str = out.result["attempt"]["id"]
     plan_order = ["claimed", "leased", "starting", "running", "done"]
-    fence = {"attemptId": aid, "workerId": worker, "leaseGeneration": 1}
+    fence: dict[str, Any] = {"attemptId": aid, "workerId": worker, "leaseGeneration": 1}
     steps = {
         "leased": lambda: w.apply("claim_lease", attemptId=aid, workerId=worker, durationMs=30000),
         "starting": lambda: w.apply("start_attempt", **fence, timeoutMs=None),

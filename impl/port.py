@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from qlwf.model import tables as T
 
@@ -157,7 +157,7 @@ class CommandPort(ABC):
             raise TypeError("a step time can only be injected into a backend whose clock is a FixedClock")
         self.clock.set(now)
 
-    def __enter__(self) -> CommandPort:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

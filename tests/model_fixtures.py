@@ -425,6 +425,10 @@ class Sim:
     def lease(self, attempt_id: str) -> Record | None:
         return self.state.leases.get(attempt_id)
 
+    def held_lease(self, attempt_id: str) -> Record:
+        """The lease the test knows `attempt_id` has."""
+        return self.state.leases[attempt_id]
+
     def events(self, run_id: str = "run-0001") -> tuple[Record, ...]:
         return self.state.events_of(run_id)
 
@@ -497,7 +501,7 @@ def finish_step(sim: Sim, run_id: str, plan: Record, step_key: str, exit_code: i
     t = sim.state.clock if at is None else at
     step = plan_step_of(plan, step_key)
     b = binding_for(plan, step_key)
-    aid = sim.do("admit_task_attempt", t, runId=run_id, stepRunId=step["stepRunId"], binding=b)["attempt"]["id"]
+    aid: str = sim.do("admit_task_attempt", t, runId=run_id, stepRunId=step["stepRunId"], binding=b)["attempt"]["id"]
     gen = sim.do("claim_lease", t, attemptId=aid, workerId=worker, durationMs=LEASE_MS)["lease"]["leaseGeneration"]
     fence = {"attemptId": aid, "workerId": worker, "leaseGeneration": gen}
     sim.do("start_attempt", t, timeoutMs=None, **fence)

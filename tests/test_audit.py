@@ -26,6 +26,8 @@ from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
 from qlwf.impl.postgres.conformance import PostgresBackend
 from qlwf.impl.postgres.server import PgServer, unique_database_name
+from qlwf.impl.postgres.session import PgSession
+from qlwf.impl.postgres.snapshot import read_snapshot
 from qlwf.impl.readonly import UnreadableDatabase
 from qlwf.impl.sqlite import readonly as sqlite_readonly
 from qlwf.impl.sqlite.adapter import SqliteAdapter
@@ -438,12 +440,11 @@ def test_the_postgres_audit_reads_in_a_read_only_transaction(pg_backend: Postgre
     write_postgres(pg_backend, BASE)
     dsn = pg_backend.database.conninfo
     seen: list[bool] = []
-    real = pg_readonly.read_snapshot
 
-    def spy(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    def spy(conn: PgSession) -> dict[str, Any]:
         row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
         seen.append(row is not None and row[0] == "on")
-        return real(conn)
+        return read_snapshot(conn)
 
     monkeypatch.setattr(pg_readonly, "read_snapshot", spy)
     assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn)))

@@ -16,13 +16,14 @@ from qlwf.conformance import backends, runner
 from qlwf.conformance.backends import BackendMisconfigured, BackendSpec, BackendUnavailable
 from qlwf.conformance.generators import generate
 from qlwf.conformance.lost_commits import with_lost_commits
+from qlwf.conformance.trace import Trace
 
 # Short corpus traces that still cover admission, the worker protocol, cancellation and the page.
 SHORT = ("adr0226-dependency-readied", "adr0228-attempt-two-steps-parent-atomic",
          "adr0228-page-isolates-drifted-workflow")
 
 
-def _corpus(names: tuple[str, ...] = SHORT) -> list[runner.Trace]:
+def _corpus(names: tuple[str, ...] = SHORT) -> list[Trace]:
     return [t for t in runner.corpus_traces() if t.name in names]
 
 

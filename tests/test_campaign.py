@@ -204,7 +204,9 @@ def test_a_planted_fault_is_found_stopped_on_and_replays(planted_by_one_worker: 
     # at the same step, the same way.
     step = int(finding["message"].split(" at step ")[1].split()[0])
     assert runner.replay(path, "sqlite", as_json=True, out=io.StringIO()) == 0
-    by_name(STORAGE_FAULT).plant(monkeypatch)  # type: ignore[misc]
+    plant = by_name(STORAGE_FAULT).plant
+    assert plant is not None
+    plant(monkeypatch)
     summary_again = runner.run_traces("sqlite", [load(path)])
     (result,) = summary_again.results
     assert result.divergence is not None and result.divergence.step_index == step
@@ -442,6 +444,7 @@ def test_a_stateful_shard_makes_no_scratch_directory_unless_it_finds_something(
     import tempfile
 
     from qlwf.conformance.stateful import machine
+    from qlwf.model.system import Outcome, apply
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     made: list[str] = []
@@ -456,12 +459,10 @@ def test_a_stateful_shard_makes_no_scratch_directory_unless_it_finds_something(
     clean = run_shard(shard)
     assert clean.examples > 0 and not clean.findings and made == []
 
-    real_apply = machine.apply
-
-    def crashing(state: Any, command: dict[str, Any]) -> Any:
+    def crashing(state: Any, command: dict[str, Any]) -> Outcome:
         if command["name"] == "admit_workflow":  # the first step of every example: a quick shrink
             raise RuntimeError("planted crash")
-        return real_apply(state, command)
+        return apply(state, command)
 
     monkeypatch.setattr(machine, "apply", crashing)
     found = run_shard(shard)

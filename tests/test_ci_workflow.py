@@ -71,6 +71,7 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_the_workflow_is_valid_yaml_with_the_expected_shape() -> None:
     doc = workflow()
     triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert triggers is not None
     assert set(triggers) == {"pull_request", "push", "schedule", "workflow_dispatch"}
     for name, job in doc["jobs"].items():
         assert job["runs-on"] and job["steps"], name
@@ -130,6 +131,7 @@ def test_the_diff_is_posted_on_pull_requests_only() -> None:
 def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findings() -> None:
     doc = workflow()
     triggers = doc.get("on", doc.get(True))
+    assert triggers is not None
     assert [t["cron"] for t in triggers["schedule"]]  # a nightly schedule exists
     job = doc["jobs"]["campaign"]
     assert job["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"

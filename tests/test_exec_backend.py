@@ -7,6 +7,7 @@ reported as such (last request, stderr tail) within the timeout, never as a pass
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance import exec_port, protocol_schema, runner
-from qlwf.conformance.exec_port import ExecBackend, ExecFaultPort
+from qlwf.conformance.exec_port import ExecBackend, ExecFaultPort, ExecPort
 from qlwf.conformance.exec_process import DriverFailure
 from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
 from qlwf.conformance.trace import Trace, record
@@ -238,6 +239,7 @@ def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
     factory = ExecBackend(SQLITE_DRIVER, timeout_s=TIMEOUT)
     try:
         port = factory.open()
+        assert isinstance(port, ExecPort)
         started = time.monotonic()
         result = run_lockstep(_corpus("adr0227-worker-protocol"), KillAt(port.connection),
                               invariants=load_invariant_check())
@@ -346,8 +348,8 @@ def test_the_schemas_reject_what_the_protocol_forbids() -> None:
 
 def test_protocol_doc_example_is_a_real_current_transcript(reaped: None) -> None:
     sys.path.insert(0, str(REPO / "docs"))
-    try:
-        import protocol_example
+    try:  # by name: docs/ is on no type checker's path
+        protocol_example = importlib.import_module("protocol_example")
     finally:
         sys.path.pop(0)
     lines = protocol_example.transcript()  # validates every message against its schema

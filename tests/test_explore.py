@@ -86,7 +86,7 @@ def test_symmetric_states_share_one_identity() -> None:
                  for p in E.automorphisms(shape)]
     keys = []
     for step in plan["steps"]:
-        args = {"runId": E.RUN_ID, "stepRunId": step["stepRunId"], "binding": E.consistent_binding(plan, step)}
+        args = {"runId": E.RUN_ID, "stepRunId": step["stepRunId"], "binding": I.consistent_binding(plan, step)}
         out = apply(root, {"name": "admit_task_attempt", "args": args})
         keys.append(E.canonical_key(E.abstract_state(out.state), renamings))
     assert keys[0] == keys[1]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,27 +31,27 @@ from qlwf.gate import (
 FLOORS = {"a": {"n": 2}, "b": {"n": 2}, "c": {"n": 2}, "d": {"n": 2}, "e": {"n": 2}, "f": {"n": 2}}
 
 
-def _passing(_o: dict) -> Evidence:
+def _passing(_o: dict[str, Any]) -> Evidence:
     return Evidence("fine", {"n": 3})
 
 
-def _failing(_o: dict) -> Evidence:
+def _failing(_o: dict[str, Any]) -> Evidence:
     return Evidence("looked at 3", {"n": 3}, ("broken invariant\nstep 3: details",))
 
 
-def _thin(_o: dict) -> Evidence:
+def _thin(_o: dict[str, Any]) -> Evidence:
     return Evidence("looked at 1", {"n": 1})
 
 
-def _no_server(_o: dict) -> Evidence:
+def _no_server(_o: dict[str, Any]) -> Evidence:
     raise NoEvidence("no server")
 
 
-def _crashing(_o: dict) -> Evidence:
+def _crashing(_o: dict[str, Any]) -> Evidence:
     raise KeyError("boom")
 
 
-def _silent(_o: dict) -> Evidence:
+def _silent(_o: dict[str, Any]) -> Evidence:
     return Evidence("reported nothing", {})
 
 

@@ -14,6 +14,7 @@ from qlwf.conformance.generators_boundary import generate_boundary
 from qlwf.conformance.trace import Trace, model_step
 from qlwf.impl.commands import cmd_tasks, cmd_worker, context
 from qlwf.model import tables as T
+from qlwf.model.attempts import fence_problem
 from qlwf.model.state import State
 from qlwf.model.values import INT31_MAX
 
@@ -76,8 +77,7 @@ def _ceiling_refuses_the_ceiling(mp: pytest.MonkeyPatch) -> None:
 
 def _lease_live_at_expiry(mp: pytest.MonkeyPatch) -> None:
     """Storage mutant: the worker fence treats a lease as live at now = expiresAtMs (task-attempts.md §4.1)."""
-    original = cmd_worker.fence_problem
-    mp.setattr(cmd_worker, "fence_problem", lambda lease, worker, gen, now: original(lease, worker, gen, now - 1))
+    mp.setattr(cmd_worker, "fence_problem", lambda lease, worker, gen, now: fence_problem(lease, worker, gen, now - 1))
 
 
 def _last_attempt_number_refused(mp: pytest.MonkeyPatch) -> None:

@@ -14,8 +14,7 @@ from qlwf.conformance.generators import family, generate
 from qlwf.conformance.generators_pages import generate_pages
 from qlwf.conformance.trace import Trace, model_step
 from qlwf.model.state import State
-
-from tests.support.page_mutants import PAGE_MUTANTS, StorageMutant
+from support.page_mutants import PAGE_MUTANTS, StorageMutant
 
 GATE_SEED = 20261129
 

@@ -54,7 +54,7 @@ def _setup() -> tuple[State, SqliteAdapter, str]:
         state = out.state
         assert port.execute(name, args, now=at) == out.result
         if name == "admit_task_attempt":
-            attempt_id = out.result["attempt"]["id"]  # type: ignore[index]
+            attempt_id = out.result["attempt"]["id"]
     claim = {"attemptId": attempt_id, "workerId": "w1", "durationMs": 30_000}
     out = apply(state, {"name": "claim_lease", "args": claim}, T0 + 2)
     assert out.ok and port.execute("claim_lease", claim, now=T0 + 2) == out.result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from qlwf.conformance.checkers.explore import build_plan
 from qlwf.conformance.checkers.liveness import drain, lease_horizon, page_sweep, sweep_problems
@@ -27,7 +29,7 @@ class Flow:
         assert out.result is not None
         return str(out.result["attempt"]["id"])
 
-    def ok(self, name: str, **args: object) -> Record:
+    def ok(self, name: str, **args: Any) -> Record:
         out = self.w.apply(name, **args)
         assert out.error is None, out.error
         assert out.result is not None

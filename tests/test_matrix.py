@@ -34,10 +34,11 @@ def problems(table: clauses.ClauseTable, proved: set[str], named: dict[str, list
     """Everything that makes the matrix incomplete (empty = complete)."""
     out: list[str] = []
     sections = {(s.adr, s.number) for s in table.sections}
-    covered = {(c.adr, c.section) for c in (*table.clauses, *table.outside)}
+    every: tuple[clauses.Clause | clauses.Outside, ...] = (*table.clauses, *table.outside)
+    covered = {(c.adr, c.section) for c in every}
     out += [f"{adr} §{n}: no clause" for adr, n in sorted(sections - covered)]
     out += [f"{adr} §{n}: clause of an unknown section" for adr, n in sorted(covered - sections)]
-    ids = [c.id for c in (*table.clauses, *table.outside)]
+    ids = [c.id for c in every]
     out += [f"{i}: duplicate clause id" for i in sorted({i for i in ids if ids.count(i) > 1})]
     for c in table.clauses:
         if not c.invariants:
@@ -106,7 +107,8 @@ def test_sections_match_the_adr_text() -> None:
 def test_matrix_doc_lists_every_clause() -> None:
     text = (REPO / "docs" / "matrix.md").read_text(encoding="utf-8")
     table = clauses.load()
-    assert all(f"| {c.id} |" in text for c in (*table.clauses, *table.outside))
+    every: tuple[clauses.Clause | clauses.Outside, ...] = (*table.clauses, *table.outside)
+    assert all(f"| {c.id} |" in text for c in every)
     assert all(f"| {inv} |" in text for inv in INVARIANTS)
 
 

@@ -188,7 +188,7 @@ def test_unkeyable_input_reaches_the_normalizer(bad: Any, key: Any) -> None:
 
 def _frontier_cases(bad: Any) -> Iterator[tuple[str, Any, set[str]]]:
     steps = [step_run_for(PLAN, k, "succeeded" if k == "a" else "pending", t=2000) for k in ("a", "b", "c", "d")]
-    base = {"plan": PLAN, "run": make_run(PLAN, version=20), "stepRuns": steps, "observedAtMs": OBS}
+    base: Record = {"plan": PLAN, "run": make_run(PLAN, version=20), "stepRuns": steps, "observedAtMs": OBS}
     codes = {FRONTIER[0], PLAN_INVALID}
     for field in ("createdAtMs", "id", "errorSummary", "stepRunDigest"):
         snap = copy.deepcopy(base)
@@ -208,8 +208,8 @@ def _frontier_cases(bad: Any) -> Iterator[tuple[str, Any, set[str]]]:
 
 def _cancel_cases(bad: Any) -> Iterator[tuple[str, Any, set[str]]]:
     steps = [step_run_for(PLAN, k, "pending", t=2000) for k in ("a", "b", "c", "d")]
-    base = {"run": cancelling_run(PLAN, "user", 5000, version=10), "stepRuns": steps, "activeTaskAttempts": [],
-            "observedAtMs": OBS}
+    base: Record = {"run": cancelling_run(PLAN, "user", 5000, version=10), "stepRuns": steps,
+                    "activeTaskAttempts": [], "observedAtMs": OBS}
     for field in ("updatedAtMs", "runId", "definitionRef", "version"):
         snap = copy.deepcopy(base)
         snap["stepRuns"][2][field] = bad

@@ -387,7 +387,8 @@ def test_claim_not_eligible_intent_beats_stale_epoch() -> None:
 def test_claim_not_eligible_stale_epoch_beats_lease_completed() -> None:
     sc = situation("leased")
     sim = sc.sim
-    sim.put("leases", DEMO_ATTEMPT_ID, {**sim.lease(DEMO_ATTEMPT_ID), "status": "completed", "completedAtMs": 3000})
+    sim.put("leases", DEMO_ATTEMPT_ID,
+            {**sim.held_lease(DEMO_ATTEMPT_ID), "status": "completed", "completedAtMs": 3000})
     assert _claim(sim)["reason"] == "lease_completed"
     tamper_step_epoch(sim, "sr-fetch")
     assert _claim(sim)["reason"] == "stale_execution_authority"
@@ -557,7 +558,7 @@ def test_start_check2_loads() -> None:
     sim = sc.sim
     sim.refuse("start_attempt", "Conflict", TX_CONFLICT, "attempt_missing", **sc.fence(attemptId="wta:x",
                                                                                        timeoutMs=None))
-    sim.put("leases", DEMO_ATTEMPT_ID, {**sim.lease(DEMO_ATTEMPT_ID), "version": 7})
+    sim.put("leases", DEMO_ATTEMPT_ID, {**sim.held_lease(DEMO_ATTEMPT_ID), "version": 7})
     sim.refuse("start_attempt", "Unavailable", TX_UNAVAILABLE, "lease_drift", **sc.fence(timeoutMs=None))
     sim.put("receipts", DEMO_ATTEMPT_ID, None)
     sim.refuse("start_attempt", "Unavailable", TX_UNAVAILABLE, "receipt_drift", **sc.fence(timeoutMs=None))
@@ -763,7 +764,7 @@ def test_7_completion_mapping(command: str, stage: str, reason: str | None, dead
                               want: str) -> None:
     sc = situation(stage, cancel=reason, timeout_ms=1000 if deadline else 100000)
     sim = sc.sim
-    before_attempt, before_lease, before_step = (sim.attempt(DEMO_ATTEMPT_ID), sim.lease(DEMO_ATTEMPT_ID),
+    before_attempt, before_lease, before_step = (sim.attempt(DEMO_ATTEMPT_ID), sim.held_lease(DEMO_ATTEMPT_ID),
                                                  sim.step("sr-fetch"))
     v = sim.run()["version"]
     args = sc.fence() | ({} if command == "fail_start" else {"exitCode": code})
@@ -855,7 +856,7 @@ def test_stage_times_used_by_fixtures() -> None:
     sc = situation("running")
     a = sc.sim.attempt(DEMO_ATTEMPT_ID)
     assert (a["createdAtMs"], a["startedAtMs"]) == (T_CLAIM, T_RUNNING)
-    assert sc.sim.lease(DEMO_ATTEMPT_ID)["acquiredAtMs"] == T_LEASE
+    assert sc.sim.held_lease(DEMO_ATTEMPT_ID)["acquiredAtMs"] == T_LEASE
     assert [e["createdAtMs"] for e in sc.sim.events() if e["type"] == "workflow.task_attempt.starting"] == [T_START]
 
 

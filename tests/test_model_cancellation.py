@@ -5,6 +5,7 @@ and converge_cancellation_page (paging, cursor, hasMore, outcomes, bounds)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -78,7 +79,7 @@ def running_entry(key: str, lease_status: str | None = "leased") -> tuple[Record
     return running, {"admission": r, "attempt": a, "leaseStatus": lease_status}
 
 
-def snapshot(step_runs: list[Record], entries: list[Record] = (), reason: str = "user", **run_over: Any) -> Record:
+def snapshot(step_runs: list[Record], entries: Sequence[Record] = (), reason: str = "user", **run_over: Any) -> Record:
     run = cancelling_run(PLAN, reason, AT, version=10)
     run.update(run_over)
     return {"run": run, "stepRuns": list(step_runs), "activeTaskAttempts": list(entries), "observedAtMs": OBS}
@@ -303,6 +304,7 @@ def test_3_validation(case: str) -> None:
 
 
 def test_3_snapshot_object() -> None:
+    bad: object
     for bad in ([], None, "x"):
         raises("Invalid", C_INVALID, resolve_cancellation, bad)
 
@@ -503,7 +505,7 @@ def test_converge_refusals() -> None:
     sc.sim.put("receipts", DEMO_ATTEMPT_ID, None)
     sc.sim.refuse("converge_cancellation", "Unavailable", C_UNAVAILABLE, "receipt_drift", runId="run-0001")
     sc = situation("leased", cancel="user")
-    sc.sim.put("leases", DEMO_ATTEMPT_ID, {**sc.sim.lease(DEMO_ATTEMPT_ID), "workerId": "w9"})
+    sc.sim.put("leases", DEMO_ATTEMPT_ID, {**sc.sim.held_lease(DEMO_ATTEMPT_ID), "workerId": "w9"})
     sc.sim.refuse("converge_cancellation", "Unavailable", C_UNAVAILABLE, "lease_drift", runId="run-0001")
     sc = situation("claimed", cancel="user")
     sc.sim.do("converge_cancellation", runId="run-0001")

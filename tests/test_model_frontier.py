@@ -215,7 +215,7 @@ def test_agg_every_terminal_combination() -> None:
     for combo in COMBOS:
         res = resolve_frontier(snap(PLAN3, dict(zip("abc", combo, strict=True))))
         want = agg(list(combo))
-        assert res["terminalStatus"] == want, combo
+        assert want is not None and res["terminalStatus"] == want, combo
         tt = res["terminalTransition"]
         assert (tt["status"], tt["errorCode"], tt["finishedAtMs"]) == (want, errors[want], OBS), combo
         assert res["readyStepRunIds"] == []
@@ -250,6 +250,7 @@ def test_terminal_transition_exact() -> None:
 # ==================================================================================================
 # §4.2 validation, each rule failing closed
 def test_rule1_snapshot_object() -> None:
+    bad: object
     for bad in ([], None, "x", 1):
         raises("Invalid", F_INVALID, resolve_frontier, bad)
 

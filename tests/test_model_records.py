@@ -725,7 +725,8 @@ def test_6_3_step_run_boundaries_accepted() -> None:
 # ==================================================================================================
 # §6.9 admission receipt
 def _admission_receipt() -> Record:
-    return create_admission_bundle(demo_plan())["receipt"]
+    receipt: Record = create_admission_bundle(demo_plan())["receipt"]
+    return receipt
 
 
 def _reseal_admission(r: Record) -> Record:

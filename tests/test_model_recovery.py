@@ -241,7 +241,7 @@ def test_recover_requeue_then_new_epoch() -> None:
     assert (a["status"], a["finishedAtMs"], a["errorCode"], a["errorSummary"]) == (
         "lost", EXPIRY, "CLUSTER_RECOVERY_UNSTARTED_CLAIM_EXPIRED", TEXT["CLUSTER_RECOVERY_UNSTARTED_CLAIM_EXPIRED"])
     assert (a["workerId"], a["leaseGeneration"], a["leaseVersion"], a["leaseExpiresAtMs"]) == ("w1", 1, 1, EXPIRY)
-    ls = sim.lease(DEMO_ATTEMPT_ID)
+    ls = sim.held_lease(DEMO_ATTEMPT_ID)
     assert (ls["status"], ls["version"], ls["releasedAtMs"], ls["releaseReason"], ls["updatedAtMs"]) == (
         "released", 1, EXPIRY, "lease_expired", EXPIRY)
     s = sim.step("sr-fetch")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from qlwf.conformance import lockstep, runner
 from qlwf.conformance.generators import family, generate
-from qlwf.conformance.trace import ModelRun, Trace, model_step
+from qlwf.conformance.trace import ModelRun, ModelStep, Trace, model_step
 from qlwf.model.state import State
 
 SEEDS = range(20261129, 20261129 + 16)  # one period of the families: random, boundary and pages traces
@@ -47,7 +47,7 @@ def test_a_step_is_known_only_for_the_same_objects() -> None:
     assert run.known(len(run.done), run.done[-1].state, first) is None  # beyond the run
 
 
-def _summary(trace: Trace) -> list[tuple[Any, ...]]:
+def _summary(trace: Trace) -> list[object]:
     result = runner.run_traces("sqlite", [trace]).results[0]
     return [result.passed, result.steps, result.invariant_checks, result.invariant_evaluations, result.divergence]
 
@@ -56,11 +56,10 @@ def _summary(trace: Trace) -> list[tuple[Any, ...]]:
 def test_lockstep_takes_the_run_and_reports_the_same(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = generate(seed)
     calls: list[int] = []
-    real = lockstep.model_step
 
-    def counting(state: State, step: dict[str, Any]) -> Any:
+    def counting(state: State, step: dict[str, Any]) -> ModelStep:
         calls.append(1)
-        return real(state, step)
+        return model_step(state, step)
 
     monkeypatch.setattr(lockstep, "model_step", counting)
     with_run = _summary(trace)

@@ -348,11 +348,11 @@ def test_3_3_mutation_record() -> None:
     cmd = command(cur, "failed", at=1500, errorSummary="boom")
     m = transition_step_run_mutation(cur, cmd, CTX)
     post = expected_after(cur, cmd)
-    event = {"id": "evt-1", "runId": "run-0001", "sequence": 21, "type": "step.failed", "dedupeKey": "evt-1",
-             "actorType": "worker", "actorId": "w1", "stepRunId": "sr-fetch",
-             "payload": {"stepRunId": "sr-fetch", "stepKey": "fetch", "kind": "task", "from": "ready", "to": "failed",
-                         "version": 3, "stepRunDigest": post["stepRunDigest"]},
-             "createdAtMs": 1500}
+    event: Record = {"id": "evt-1", "runId": "run-0001", "sequence": 21, "type": "step.failed", "dedupeKey": "evt-1",
+                     "actorType": "worker", "actorId": "w1", "stepRunId": "sr-fetch",
+                     "payload": {"stepRunId": "sr-fetch", "stepKey": "fetch", "kind": "task", "from": "ready",
+                                 "to": "failed", "version": 3, "stepRunDigest": post["stepRunDigest"]},
+                     "createdAtMs": 1500}
     want = seal_mutation({"schema": SCHEMA_STEP_RUN_MUTATION, "mutationId": "mut-next", "runId": "run-0001",
                           "expectedRunVersion": 10, "expectedRunEventSequence": 20, "expectedStepRunVersion": 2,
                           "expectedStepRunDigest": cur["stepRunDigest"], "previousStatus": "ready", "stepRun": post,

@@ -211,10 +211,11 @@ def test_query_pages_invalid(query: str) -> None:
     sim = situation("leased").sim
     assert sim.do(query, limit=limit_max, after=cursor)["truncated"] is False
     first_key = next(iter(cursor))
-    bad_cursors = [{**cursor, "x": 1}, {first_key: cursor[first_key]}, {**cursor, first_key: -1},
+    bad_cursors: list[object] = [{**cursor, "x": 1}, {first_key: cursor[first_key]}, {**cursor, first_key: -1},
                    {**cursor, first_key: True}, None, [], {k: "" if k != first_key else v for k, v in cursor.items()}]
-    for args in ({"limit": 0}, {"limit": limit_max + 1}, {"limit": True}, {"limit": "1"}, {},
-                 {"limit": 1, "extra": 1}, *({"limit": 1, "after": c} for c in bad_cursors)):
+    cases: list[dict[str, object]] = [{"limit": 0}, {"limit": limit_max + 1}, {"limit": True}, {"limit": "1"}, {},
+                                      {"limit": 1, "extra": 1}, *({"limit": 1, "after": c} for c in bad_cursors)]
+    for args in cases:
         sim.refuse(query, "Invalid", code, "page_invalid", **args)
 
 
@@ -491,7 +492,7 @@ def _second_active_attempt(sim: Sim) -> None:
 
 
 def _lease_too_long(sim: Sim) -> None:
-    sim.put("leases", DEMO_ATTEMPT_ID, {**sim.lease(DEMO_ATTEMPT_ID), "expiresAtMs": 3000 + 600001})
+    sim.put("leases", DEMO_ATTEMPT_ID, {**sim.held_lease(DEMO_ATTEMPT_ID), "expiresAtMs": 3000 + 600001})
 
 
 def _mirror(sim: Sim) -> None:

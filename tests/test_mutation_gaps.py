@@ -64,8 +64,8 @@ def claimed(port: SqliteAdapter) -> dict[str, Any]:
 @pytest.mark.parametrize("command", ["renew_lease", "start_attempt", "record_running"])
 def test_lease_generation_zero_is_invalid(port: SqliteAdapter, command: str) -> None:
     """leaseGeneration is 1..2^31−1: 0 is refused as Invalid before any read, not as a stale lease."""
-    extra = {"renew_lease": {"durationMs": 10_000}, "start_attempt": {"timeoutMs": None}}.get(command, {})
-    err = error_of(port, command, claimed(port) | {"leaseGeneration": 0} | extra, now=T0 + 1)
+    extras: dict[str, dict[str, Any]] = {"renew_lease": {"durationMs": 10_000}, "start_attempt": {"timeoutMs": None}}
+    err = error_of(port, command, claimed(port) | {"leaseGeneration": 0} | extras.get(command, {}), now=T0 + 1)
     assert err["class"] == "Invalid" and err["reason"] == "argument_invalid"
 
 
@@ -197,8 +197,8 @@ def test_a_renew_that_writes_no_run_event_succeeds_at_the_run_ceiling(port: Sqli
 def test_a_command_that_appends_a_run_event_overflows_at_the_run_ceiling(port: SqliteAdapter, command: str) -> None:
     worker = claimed(port)
     at_ceiling(port)
-    extra = {"release_lease": {"reason": "declined"}, "start_attempt": {"timeoutMs": None}}[command]
-    err = error_of(port, command, worker | extra, now=T0 + 1)
+    extras: dict[str, dict[str, Any]] = {"release_lease": {"reason": "declined"}, "start_attempt": {"timeoutMs": None}}
+    err = error_of(port, command, worker | extras[command], now=T0 + 1)
     assert (err["class"], err["reason"]) == ("Unavailable", "counter_overflow")
 
 

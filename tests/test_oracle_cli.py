@@ -11,6 +11,7 @@ import re
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ def example_step_transition() -> dict[str, Any]:
 
 
 def test_batch_step_transition_returns_the_mutation() -> None:
-    request = {"fn": "step-transition", "input": example_step_transition()}
+    request: dict[str, Any] = {"fn": "step-transition", "input": example_step_transition()}
     answer = answer_line(json.dumps(request))
     m = answer["ok"]
     assert (m["previousStatus"], m["stepRun"]["status"], m["stepRun"]["version"]) == ("pending", "ready", 2)
@@ -119,7 +120,7 @@ def test_batch_step_transition_returns_the_mutation() -> None:
     assert answer_line(json.dumps(request))["error"]["code"] == "STEP_RUN_STATE_CONFLICT"
 
 
-def _mutations(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+def _mutations(draw: Callable[[st.SearchStrategy[Any]], Any], value: Any, depth: int = 0) -> Any:
     """Replace, delete or retype one nested value of a JSON document."""
     if isinstance(value, dict) and value and depth < 6:
         key = draw(st.sampled_from(sorted(value)))
@@ -397,8 +398,12 @@ def test_batch_collects_garbage_between_answers_and_restores_the_collector(monke
     collected: list[tuple[int, int, bool]] = []  # (generation, answers written so far, collector enabled)
     monkeypatch.setattr(sys, "stdin", argparse.Namespace(buffer=stdin))
     monkeypatch.setattr(sys, "stdout", argparse.Namespace(buffer=stdout))
-    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append(
-        (generation, stdout.getvalue().count(b"\n"), gc.isenabled())) or 0)
+
+    def collect(generation: int = 2) -> int:
+        collected.append((generation, stdout.getvalue().count(b"\n"), gc.isenabled()))
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
     assert gc.isenabled()
     assert cmd_oracle.run_batch(argparse.Namespace()) == 0
     assert stdout.getvalue().count(b"\n") == n

@@ -14,7 +14,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
@@ -99,7 +99,7 @@ def deep_texts(draw: st.DrawFn) -> str:
     return text
 
 
-def reference(text: str) -> tuple[str, Any, bool] | tuple[str, str]:
+def reference(text: str) -> tuple[Literal["ok"], Any, bool] | tuple[Literal["invalid"], str]:
     try:
         value, floats = cmd_oracle._reference_parse(text)
     except Invalid as e:
@@ -130,7 +130,7 @@ def check_agreement(text: str) -> None:
     except Invalid as e:
         got = ("invalid", e.message)
     assert got[0] == want[0] and (exactly(got[1], want[1]) if got[0] == "ok" else got[1] == want[1]), text
-    if got[0] == "ok":
+    if want[0] == "ok":  # and so is got[0]
         assert got[2] == want[2]
 
 
@@ -262,7 +262,7 @@ def test_bypassed_calls_still_fail_with_the_normalizers_error(monkeypatch: pytes
 
 # --------------------------------------------------------------------------------------------------
 # Inlined record and context checks decide exactly like the rule loops
-ODD_VALUES = [None, True, False, 0, 1, -1, 2**31, 2**53, 1.0, "", "x", "a" * 129, "é", "ab\x00cd", " ",
+ODD_VALUES: list[object] = [None, True, False, 0, 1, -1, 2**31, 2**53, 1.0, "", "x", "a" * 129, "é", "ab\x00cd", " ",
               "a" * 64, "0" * 64, "A" * 64, "g" * 64, "pending", "task", "qinglong/step-run@v1", [], {}]
 
 

@@ -35,7 +35,8 @@ APPENDED = ("finishedAtMs", "errorCode", "errorSummary")  # records.md §6.7 "Up
 
 def demo_plan(run_id: str, steps: list[tuple[str, list[str]]] = DIAMOND) -> Record:
     """The examples' demo plan (examples/generate.py) for `run_id`."""
-    return generate.demo_plan(run_id, f"plan-{run_id}", steps)
+    plan: Record = generate.demo_plan(run_id, f"plan-{run_id}", steps)
+    return plan
 
 
 def ok(out: Any) -> Any:
@@ -146,7 +147,8 @@ def settling_world(stage: str) -> tuple[World, str]:
 
 
 def ql3_cancel_snapshot(snap: Record) -> Record:
-    return ql3_input("cancel", snap)
+    q: Record = ql3_input("cancel", snap)
+    return q
 
 
 # --------------------------------------------------------------------------------------------------
@@ -317,7 +319,8 @@ def _requeued(step_run: Record, at: int) -> Record:
 
 
 def _cancel_entry(q: Record) -> Record:
-    return q["activeTaskAttempts"][0]
+    entry: Record = q["activeTaskAttempts"][0]
+    return entry
 
 
 CancelCorruption = Callable[[Record], None]

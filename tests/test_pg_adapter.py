@@ -20,6 +20,7 @@ from qlwf.impl.postgres.adapter import PostgresAdapter
 from qlwf.impl.postgres.conformance import PostgresBackend
 from qlwf.impl.postgres.database import PgDatabase
 from qlwf.impl.postgres.server import PgServer
+from qlwf.impl.postgres.session import PgSession
 from qlwf.impl.postgres.store import PgStore
 from qlwf.model import ids
 from qlwf.model import tables as T
@@ -46,7 +47,7 @@ def db(backend: PostgresBackend) -> PgDatabase:
     return backend.database
 
 
-def adapter(db: PgDatabase, store: Callable[[psycopg.Connection[Any]], PgStore] = PgStore,
+def adapter(db: PgDatabase, store: Callable[[PgSession], PgStore] = PgStore,
             clock: Any = None) -> PostgresAdapter:
     return PostgresAdapter(db, clock if clock is not None else FixedClock(), store_factory=store)
 
@@ -66,7 +67,7 @@ def claimed_attempt(port: PostgresAdapter, run_id: str = "run-1", now: int = T0)
     return attempt_id
 
 
-def error_of(port: PostgresAdapter, name: str, args: Any, now: int | None = T0) -> dict[str, str]:
+def error_of(port: CommandPort, name: str, args: Any, now: int | None = T0) -> dict[str, str]:
     with pytest.raises(QlwfError) as err:
         port.execute(name, args, now=now)
     return err.value.to_json()
@@ -76,7 +77,7 @@ def other_connection(db: PgDatabase) -> psycopg.Connection[Any]:
     return psycopg.connect(db.conninfo, autocommit=True)
 
 
-def same_server(conn: psycopg.Connection[Any]) -> str:
+def same_server(conn: PgSession) -> str:
     """Conninfo of ``conn``'s database; ``info.dsn`` omits the password, which the server requires."""
     return make_conninfo(conn.info.dsn, password=conn.info.password)
 
@@ -395,7 +396,7 @@ def test_a_held_authority_lock_fails_convergence_and_the_page_records_locked(db:
 class LateAttempt(PgStore):
     """The active attempts read before locking miss one that is there once the locks are held."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: PgSession) -> None:
         super().__init__(conn)
         self.reads = 0
 

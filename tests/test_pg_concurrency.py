@@ -131,6 +131,14 @@ def test_a_lost_commit_response_of_a_silent_renewal_is_decided_by_replay() -> No
 
 # ------------------------------------------------------------------------------------------------
 # A read serialized before a lock-only holder of its Run's lock (decisions Q-79)
+def _waiting_on_locks(watch: psycopg.Connection[Any]) -> int:
+    """How many sessions of this database wait on a lock now."""
+    row = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _admitted_and_claimed() -> tuple[list[TransactionLog], State, dict[str, Any], dict[str, Any]]:
     """A one-step Run, its attempt admitted and claimed: (log, state, admission args, renewal args)."""
     plan = plans.make_plan("run-1", "plan-1", {"a": []}, 1000)
@@ -156,7 +164,7 @@ def _read_before(log: list[TransactionLog], state: State, admit: dict[str, Any],
     name, args = holder
     held = apply(state, {"name": name, "args": args}, 1030)
     stale = apply(state, {"name": "admit_task_attempt", "args": admit}, 1040)
-    assert stale.result["status"] == "existing"
+    assert stale.result is not None and stale.result["status"] == "existing"
     log = [*log, TransactionLog(name, args, {"ok": held.result}, 1030, began=7, committed=9),
            TransactionLog("admit_task_attempt", admit, {"ok": stale.result}, 1040, began=read_began, committed=10)]
     return replay_history(log, held.state.snapshot())
@@ -243,8 +251,7 @@ def test_postgres_serializes_a_waiting_read_before_a_plain_renewal(pg_server: Pg
         reader.start()
         with psycopg.connect(store.conninfo, autocommit=True) as watch:
             deadline = time.monotonic() + 30
-            while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                    "AND wait_event_type = 'Lock'").fetchone()[0]:  # type: ignore[index]
+            while not _waiting_on_locks(watch):
                 assert time.monotonic() < deadline, "the admission never waited for the Run lock"
                 time.sleep(0.01)
         clock.release.set()

@@ -15,8 +15,9 @@ from qlwf.model.cancellation import accumulate_page, page_bounds_problem
 from qlwf.proofs import crosscheck, pages, runner
 from qlwf.proofs.encoding import Sys
 from qlwf.proofs.invariants import INVARIANTS, NOT_ENCODED
+from qlwf.proofs.mutants import Mutant as ProofMutant
 from qlwf.proofs.mutants import RecoveryRefusesIntent
-from qlwf.proofs.results import PROVED, VIOLATED
+from qlwf.proofs.results import PROVED, VIOLATED, Result
 from qlwf.proofs.rules import Transition
 from qlwf.proofs.transitions import COMMANDS, Semantics
 
@@ -26,11 +27,11 @@ BOUND = 3
 
 
 @pytest.fixture(scope="module")
-def results() -> list[runner.Result]:
+def results() -> list[Result]:
     return runner.run(runner.Options(bound=BOUND, depth=3))
 
 
-def test_every_property_is_proved_at_a_small_bound(results: list[runner.Result]) -> None:
+def test_every_property_is_proved_at_a_small_bound(results: list[Result]) -> None:
     bad = [(r.name, r.result, r.detail) for r in results if r.result != PROVED]
     assert not bad, bad
     assert [r.name for r in results] == list(runner.ALL_PROPERTIES)
@@ -84,7 +85,7 @@ PROOF_MUTANTS = by_check("proofs")  # the manifest's proof-layer entries (encodi
 @pytest.mark.parametrize("entry", PROOF_MUTANTS, ids=[m.name for m in PROOF_MUTANTS])
 def test_mutant_is_refuted_with_a_readable_counterexample(entry: Mutant) -> None:
     assert entry.kind == "proof"
-    mutant: runner.Mutant = entry.subject
+    mutant: ProofMutant = entry.subject
     ref = runner.refute(mutant, bound=BOUND, depth=7)
     assert ref.refuted, (mutant.name, [r.name for r in ref.violated], ref.trace is not None, ref.replayed)
     first = ref.violated[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase
 from qlwf.conformance.checkers.explore import Config, build_plan, dag_shapes, explore
-from qlwf.conformance.checkers.replay import ReplayError, replay_trace, state_diff
+from qlwf.conformance.checkers.replay import ReplayError, Snapshot, replay_trace, state_diff
 from qlwf.conformance.mutants import Mutant, by_name
 from qlwf.conformance.protocol_schema import document_problems
 from qlwf.conformance.trace import Trace, advance, command, load
@@ -52,10 +52,10 @@ def test_replay_explains_every_step() -> None:
 
 
 def test_state_diff_lists_added_changed_and_removed_records() -> None:
-    before = {"runs": [{"id": "r1", "status": "running", "version": 1}],
-              "leases": [{"attemptId": "x", "status": "leased"}]}
-    after = {"runs": [{"id": "r1", "status": "failed", "version": 2}],
-             "events": [{"runId": "r1", "sequence": 2, "type": "workflow.failed"}]}
+    before: Snapshot = {"runs": [{"id": "r1", "status": "running", "version": 1}],
+                        "leases": [{"attemptId": "x", "status": "leased"}]}
+    after: Snapshot = {"runs": [{"id": "r1", "status": "failed", "version": 2}],
+                       "events": [{"runId": "r1", "sequence": 2, "type": "workflow.failed"}]}
     assert state_diff(before, after) == ["~ runs[r1] status: 'running' -> 'failed'; version: 1 -> 2",
                                          "+ events[r1, 2] workflow.failed", "- leases[x]"]
 

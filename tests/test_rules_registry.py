@@ -11,7 +11,8 @@ from qlwf.model.tables import UnknownRule
 
 def test_ids_are_unique_per_row_and_name_their_table() -> None:
     reg = rules.registry()
-    moves = [*T.RUN_TRANSITIONS, *T.STEP_PERFORMERS, *T.ATTEMPT_TRANSITIONS, *T.LEASE_TRANSITIONS]
+    moves: list[T.RunTransition | T.StepPerformer | T.AttemptTransition | T.LeaseTransition] = [
+        *T.RUN_TRANSITIONS, *T.STEP_PERFORMERS, *T.ATTEMPT_TRANSITIONS, *T.LEASE_TRANSITIONS]
     assert len({r.id for r in moves}) == len(moves)
     assert len({r.id for r in T.COMPLETION_RULES}) == len(T.COMPLETION_RULES)
     assert len({d.id for d in T.COMMAND_DECISIONS}) == len(T.COMMAND_DECISIONS)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance import layout, render, render_svg, runner
-from qlwf.conformance.trace import Trace, corruption, load, save
+from qlwf.conformance.trace import Trace, corruption, load, model_step, save
 
 from qlwf.cli import main as cli
 
@@ -96,14 +96,13 @@ def test_a_recorded_step_the_model_no_longer_produces_is_flagged() -> None:
 
 
 def test_a_model_crash_is_shown_and_ends_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = render.model_step
     calls = {"n": 0}
 
     def crashing(state: Any, step: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyError("planted")
-        return real(state, step)
+        return model_step(state, step)
 
     monkeypatch.setattr(render, "model_step", crashing)
     view = render.build(load(READIED))
@@ -159,7 +158,7 @@ def test_layered_layout() -> None:
     pos, used = layout.positions(DIAMOND, "layered")
     assert used == "layered"
     _check_layout(pos)
-    assert len({round(y) for y in pos.values() for y in [y[1]]}) == 3  # three generations
+    assert len({round(y) for _, y in pos.values()}) == 3  # three generations
 
 
 def test_dot_layout_where_installed() -> None:
@@ -174,7 +173,7 @@ def test_dot_layout_where_installed() -> None:
 
 
 def test_without_dot_auto_falls_back_and_dot_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(layout.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     assert layout.positions(DIAMOND, "auto")[1] == "layered"
     assert "layout: layered" in render_svg.html(render.build(load(READIED)))
     assert cli(["show", str(READIED), "--html", str(tmp_path / "x.html"), "--layout", "dot"]) == 2
@@ -216,7 +215,9 @@ def test_explore_counterexample_prints_show(monkeypatch: pytest.MonkeyPatch, tmp
     from qlwf import cmd_explore
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
-    by_name("requeue_keeps_epoch").plant(monkeypatch)
+    plant = by_name("requeue_keeps_epoch").plant
+    assert plant is not None
+    plant(monkeypatch)
     out = io.StringIO()
     assert cmd_explore.run(argparse.Namespace(max_steps=1, depth=None, json=False, full=False, jobs=1), out) == 1
     paths = re.findall(r"render it: qlwf show (\S+) --html", out.getvalue())

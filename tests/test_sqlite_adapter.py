@@ -21,7 +21,7 @@ from qlwf.conformance import plans
 from qlwf.impl.port import SNAPSHOT_KINDS, CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.authority import OperationAuthority
-from qlwf.impl.sqlite.store import SqliteStore
+from qlwf.impl.sqlite.store import SqliteStore, Statements
 from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_text
@@ -376,7 +376,7 @@ def test_a_command_name_read_from_json_is_validated_like_a_literal(port: SqliteA
 
 # ------------------------------------------------------------------------------------------------
 # Compare-and-set under a concurrent writer (storage.md §5)
-def _concurrent_digest_change(conn: sqlite3.Connection, step_run_id: str) -> None:
+def _concurrent_digest_change(conn: Statements, step_run_id: str) -> None:
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.execute('UPDATE "StepRuns" SET step_run_digest = ? WHERE id = ?', ("f" * 64, step_run_id))
     conn.execute("PRAGMA ignore_check_constraints = OFF")
@@ -409,7 +409,7 @@ class DigestBlindStore(SqliteStore):
         return None
 
 
-def _ready_for_frontier(port: SqliteAdapter) -> None:
+def _ready_for_frontier(port: CommandPort) -> None:
     admit(port)
     out = port.execute("admit_task_attempt", {"runId": "run-1", "stepRunId": "run-1:a",
                                               "binding": plans.binding("a")}, now=T0)
@@ -538,7 +538,7 @@ def test_frontier_candidate_query_reads_needs_from_admission_steps(port: SqliteA
     assert [c["runId"] for c in page["candidates"]] == ["run-1"] and page["truncated"] is False
 
 
-def _complete(port: SqliteAdapter, run_id: str, key: str) -> None:
+def _complete(port: CommandPort, run_id: str, key: str) -> None:
     out = port.execute("admit_task_attempt", {"runId": run_id, "stepRunId": plans.step_run_id(run_id, key),
                                               "binding": plans.binding(key)}, now=T0)
     fence = {"attemptId": out["attempt"]["id"], "workerId": "w1"}

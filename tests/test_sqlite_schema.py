@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -483,7 +484,8 @@ def insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
 
 
 def count(conn: sqlite3.Connection, table: str) -> int:
-    return conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    n: int = conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    return n
 
 
 def seed_admission(conn: sqlite3.Connection) -> None:
@@ -603,7 +605,7 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def conn(db_path: Path):
+def conn(db_path: Path) -> Iterator[sqlite3.Connection]:
     connection = open_database(db_path)
     try:
         yield connection

@@ -75,6 +75,7 @@ def cas_finding(mutant: Mutant, request: pytest.FixtureRequest) -> str | None:
     import test_cas_guards as cas
 
     case = next(c for c in cas.CASES if c.id == mutant.subject)
+    assert mutant.backend is not None, mutant.check  # "cas-race:<backend>"
     ports: list[CommandPort] = []
     try:
         cas.test_a_change_underneath_fails_the_command_and_rolls_back(case, mutant.backend, request, ports)

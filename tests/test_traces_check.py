@@ -20,9 +20,10 @@ from qlwf.conformance.model_port import ModelPort
 from qlwf.conformance.mutants import by_name
 from qlwf.conformance.protocol_schema import SCHEMA_DIR, document_problems
 from qlwf.conformance.runner import CORPUS_DIR
-from qlwf.conformance.trace import KIND_KEYS, TraceFormatError, from_json, load, record
+from qlwf.conformance.trace import TraceFormatError, from_json, load, record
 from qlwf.conformance.trace_check import check_document, check_file, claimed_state
 from qlwf.impl.port import COMMAND_NAMES
+from qlwf.model.records import KIND_KEYS
 
 from qlwf import cli
 
@@ -33,7 +34,8 @@ SCHEMA = json.loads((SCHEMA_DIR / "trace.json").read_text(encoding="utf-8"))
 
 def fresh(name: str = "adr0228-timeout-mapping", form: str = "changes") -> Doc:
     """A freshly recorded trace as a file would hold it (a JSON round trip: no record shared between steps)."""
-    return json.loads(json.dumps(record(load(CORPUS_DIR / f"{name}.json").inputs(), form).to_json()))
+    doc: Doc = json.loads(json.dumps(record(load(CORPUS_DIR / f"{name}.json").inputs(), form).to_json()))
+    return doc
 
 
 def writing_steps(doc: Doc) -> list[int]:
@@ -220,8 +222,10 @@ def test_a_trace_recorded_by_another_model_is_stale_at_its_first_different_step(
         monkeypatch: pytest.MonkeyPatch) -> None:
     inputs = load(CORPUS_DIR / "adr0226-failure-skips-chain.json").inputs()
     good = record(inputs).to_json()
+    plant = by_name("skip_one_level_per_pass").plant
+    assert plant is not None
     with monkeypatch.context() as mp:
-        by_name("skip_one_level_per_pass").plant(mp)
+        plant(mp)
         stale = record(inputs).to_json()
     first = next(i for i, (a, b) in enumerate(zip(good["steps"], stale["steps"], strict=True)) if a != b)
     result = check_document(stale, "stale.json")
@@ -317,7 +321,7 @@ class ScriptedPort:
 def test_the_replayer_applies_removals() -> None:
     import support.trace_replayer as replayer
 
-    empty = {kind: [] for kind in KIND_KEYS}
+    empty: dict[str, list[Doc]] = {kind: [] for kind in KIND_KEYS}
     lease = {"attemptId": "a-1", "status": "leased"}
     doc = {"format": "qlwf-trace", "version": 1, "stateForm": "changes", "recordKeys": dict(KIND_KEYS),
            "initialState": empty, "steps": [
@@ -340,11 +344,12 @@ def test_the_replayer_applies_removals() -> None:
 # ------------------------------------------------------------------------------------------------
 # The example of docs/traces.md
 def test_the_docs_example_is_current_checks_and_replays_on_sqlite() -> None:
+    import importlib
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
-    try:
-        import traces_example
+    try:  # by name: docs/ is on no type checker's path
+        traces_example = importlib.import_module("traces_example")
     finally:
         sys.path.pop(0)
     from qlwf.impl.sqlite.adapter import SqliteAdapter

@@ -20,7 +20,8 @@ MANIFEST = Path(__file__).resolve().parents[2] / "model" / "explore_manifest.jso
 
 
 def load_manifest() -> dict[str, Any]:
-    return json.loads(MANIFEST.read_text(encoding="utf-8"))
+    manifest: dict[str, Any] = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    return manifest
 
 
 def observe(state: State, step: dict[str, Any], outcome: Any) -> set[str]:

@@ -71,11 +71,11 @@ def _one_transaction_postgres(mp: pytest.MonkeyPatch) -> None:
     _one_transaction(PostgresAdapter)(mp)
 
 
-def _ignore_cursor(adapter: type[Any]) -> Callable[[pytest.MonkeyPatch], None]:
+def _ignore_cursor(adapter: type[SqlAdapter]) -> Callable[[pytest.MonkeyPatch], None]:
     def apply(mp: pytest.MonkeyPatch) -> None:
         original = adapter._converge_page
 
-        def page(self: Any, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
+        def page(self: SqlAdapter, fail: CommandErrors, limit: int, after: tuple[Any, ...] | None) -> Record:
             return original(self, fail, limit, None)  # every page starts at the head of the order
 
         mp.setattr(adapter, "_converge_page", page)
