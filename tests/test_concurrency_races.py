@@ -78,12 +78,13 @@ def read_clock_before_locks(mp: pytest.MonkeyPatch) -> None:
 @pytest.mark.postgres
 def test_the_quick_concurrency_check_catches_a_clock_read_before_the_locks(pg_server: object,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # A race is caught only when the interleaving exposes it; on a loaded machine (the suite on both
-    # cores) one quick run missed it once in several CI runs, so the mutant gets three quick runs.
+    # A race is caught only when the interleaving exposes it. With both cores busy one quick run missed
+    # it in about 8 % of runs (12 of 160, 2026-12-03; 0 of 10 on an idle machine), so the mutant gets up
+    # to six quick runs: a miss in all six, about 3e-7 if they are independent, fails the test.
     with monkeypatch.context() as mp:
         read_clock_before_locks(mp)
         (check,) = [c for c in checks.backend_checks() if c.name == "concurrency-postgres"]
-        for _ in range(3):
+        for _ in range(6):
             evidence = check.run({"quick": True})
             if evidence.problems:
                 break
