@@ -31,6 +31,7 @@ _.cancellation_candidates
 
 # __exit__(self, exc_type, exc, tb): the context-manager protocol fixes the signature.
 _.tb
+_.exc_type  # also read nowhere else since conformance/runner.py dropped its thread excepthook
 
 # psycopg's Connection.read_only is a property setter (impl/postgres/readonly.py).
 _.read_only
