@@ -1,9 +1,10 @@
 """`qlwf check --self-test`: plant one fault per layer and require the owning check to turn red.
 
 A gate that passes is only worth something if it fails on a broken system. Each fault below is a
-plausible bug in one layer (a model rule, a decision-table row, a proof encoding, a SQLite storage
-statement, a PostgreSQL storage statement, a schema constraint). It is planted in a fresh forked
-process, the check that owns the layer runs there with the quick budgets, and the self-test passes
+plausible bug in one layer of the mutant manifest (a model rule, a decision-table row, a proof
+encoding, an implementation's command sequence, a SQLite storage statement, a PostgreSQL storage
+statement, a schema constraint). It is planted in a fresh forked process, the check that owns the
+layer runs there with the quick budgets, and the self-test passes
 only if that check reports `failed` — not `unknown` (no evidence is no detection) and not `passed`.
 A fault that cannot be planted (its target text or attribute no longer exists) is a self-test
 failure too, so the catalogue cannot rot silently. The faults are entries of the mutant manifest
@@ -37,6 +38,7 @@ class Fault:
     check: str  # the gate check that owns the layer and must catch the fault
     breaks: str  # the spec rule the fault violates
     plant: Callable[[], None]  # runs in the child process only
+    mutant: str | None = None  # the mutant manifest entry it plants
 
 
 class _Assign:
@@ -63,13 +65,15 @@ def _manifest_fault(name: str, layer: str, check: str, mutant: str) -> Fault:
         except mutants.NotPlanted as e:
             raise NotPlanted(str(e)) from e
 
-    return Fault(name, layer, check, entry.breaks if entry else f"(manifest entry {mutant} missing)", plant)
+    return Fault(name, layer, check, entry.breaks if entry else f"(manifest entry {mutant} missing)", plant, mutant)
 
 
 FAULTS: tuple[Fault, ...] = (
     _manifest_fault("ready-while-need-running", "model rule", "explorer", "ready_while_need_running"),
     _manifest_fault("settle-leased-claim", "decision table row", "explorer", "convergence_settles_leased_claim"),
     _manifest_fault("recovery-refuses-intent", "proof encoding", "proofs", "recovery-refuses-intent"),
+    _manifest_fault("admission-ignores-intent", "impl command sequence", "conform-sqlite",
+                    "task-admission-ignores-intent"),
     _manifest_fault("sqlite-active-without-running", "SQLite storage statement", "conform-sqlite",
                     "sqlite-active-without-running"),
     _manifest_fault("postgres-active-without-running", "PostgreSQL storage statement", "conform-postgres",

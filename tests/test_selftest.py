@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from qlwf.conformance.mutants import LAYERS
+from qlwf.conformance.mutants.manifest import by_name
 
 from qlwf import selftest
 from qlwf.checks import CHECKS
@@ -38,10 +40,13 @@ def test_a_fault_counts_only_when_its_check_fails(monkeypatch: pytest.MonkeyPatc
 
 def test_the_catalogue_covers_every_layer_with_a_real_check() -> None:
     layers = {f.layer for f in FAULTS}
-    assert layers == {"model rule", "decision table row", "proof encoding", "SQLite storage statement",
-                      "PostgreSQL storage statement", "schema constraint"}
+    assert layers == {"model rule", "decision table row", "proof encoding", "impl command sequence",
+                      "SQLite storage statement", "PostgreSQL storage statement", "schema constraint"}
     names = {c.name for c in CHECKS}
     assert all(f.check in names for f in FAULTS)
+    # one planted manifest entry per layer of the manifest
+    planted = [by_name(f.mutant).layer for f in FAULTS if f.mutant is not None]
+    assert len(planted) == len(FAULTS) and sorted(planted) == sorted(LAYERS)
 
 
 def test_skipping_a_leg_skips_its_faults(monkeypatch: pytest.MonkeyPatch) -> None:
