@@ -85,9 +85,9 @@ def _block_signals_for_fork() -> None:
     """Before a fork under main()'s handlers: SIGINT/SIGTERM are blocked in the forking thread, so the
     child starts with them blocked. A signal reaching the child before CPython's after-fork code ran
     would otherwise be caught by the inherited handler and then dropped (CPython clears the pending
-    flags in a new child), and the pool's join would wait forever (Pool.terminate() signals workers
-    that may not have run a bytecode yet); blocked, it stays pending until the default disposition is
-    back (decisions Q-77)."""
+    flags in a new child), and whoever joins the child would wait forever (the interrupt handler's
+    terminate() signals workers that may not have run a bytecode yet, as a stdlib pool's terminate()
+    did); blocked, it stays pending until the default disposition is back (decisions Q-77)."""
     if _ours():
         _masks_at_fork[threading.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPT_SIGNALS)
 
@@ -102,9 +102,10 @@ def _unblock_signals_after_fork() -> None:
 def _default_signals_in_child() -> None:
     """After a fork: a worker (explorer, campaign or conform pool) takes the default dispositions back,
     then the mask its parent had before the fork, so a SIGTERM that came in between ends it.
-    A Python-level handler runs only between bytecodes, so a SIGTERM from Pool.terminate() arriving
-    just before the worker blocks in sem_wait would be consumed without waking it, and the pool's
-    join would wait forever; the default disposition ends the worker wherever it is."""
+    A Python-level handler runs only between bytecodes, so a SIGTERM (the interrupt handler's
+    terminate(), or a stdlib pool's) arriving just before the worker blocks in a system call would be
+    consumed without waking it, and the join would wait forever; the default disposition ends the
+    worker wherever it is."""
     for sig in _INTERRUPT_SIGNALS:
         if signal.getsignal(sig) in _handlers:
             try:
