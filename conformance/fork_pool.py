@@ -131,10 +131,8 @@ class ForkPool(Generic[Item, Value]):
         for _ in range(workers):
             self._spawn()
 
-    def _spawn(self) -> _Worker:
-        worker = _Worker(self._fn, [w.conn for w in self._workers])
-        self._workers.append(worker)
-        return worker
+    def _spawn(self) -> None:
+        self._workers.append(_Worker(self._fn, [w.conn for w in self._workers]))
 
     def __enter__(self) -> ForkPool[Item, Value]:
         return self

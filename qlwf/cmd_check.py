@@ -7,22 +7,13 @@ import os
 import sys
 from pathlib import Path
 
+from qlwf.argtypes import seconds_up_to
 from qlwf.checks import CHECKS, LEGS
 from qlwf.gate import EXIT_USAGE, exit_code, render_counts, render_table, run_checks, write_json, write_junit
 
 # per check (per planted fault under --self-test, which runs the quick budgets); the slowest check takes
 # about 30 s of the quick profile and two minutes of the full one on two cores
 DEFAULT_CHECK_TIMEOUT = {"quick": 300.0, "full": 1200.0}
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 86_400:
-        raise argparse.ArgumentTypeError("must be in (0, 86400] seconds")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="2 (the default where there are two cores): the PostgreSQL leg runs in this process "
                         "while a second process takes the other checks, and this one joins it when free; "
                         "1: one after another. The evidence and the verdicts are the same")
-    p.add_argument("--check-timeout", type=_seconds, metavar="SECONDS",
+    p.add_argument("--check-timeout", type=seconds_up_to(86_400), metavar="SECONDS",
                    help="stop a check that has no verdict after this long and report it unknown, so that a hang "
                         f"cannot hold the gate (default {DEFAULT_CHECK_TIMEOUT['full']:g}, with --quick "
                         f"{DEFAULT_CHECK_TIMEOUT['quick']:g}; with --self-test: per planted fault, default "

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from qlwf.argtypes import seconds_up_to
 from qlwf.conformance import backends, runner
 from qlwf.progress import Progress
 
@@ -47,7 +48,7 @@ def register(subparsers: Any) -> None:
     conform.add_argument("--workflows", type=_positive, default=3, metavar="N",
                          help="workflows admitted before the concurrency workers start; workers may admit up to "
                               "2N (default: 3). Long run: --concurrency 8 --workflows 1000 --ops 1500")
-    conform.add_argument("--reconnect-window", type=_seconds, default=30.0, metavar="SECONDS",
+    conform.add_argument("--reconnect-window", type=seconds_up_to(3600), default=30.0, metavar="SECONDS",
                          help="how long a concurrency run waits for an unreachable server before it stops with "
                               "exit 3 (default: 30)")
     _driver_options(conform)
@@ -70,7 +71,7 @@ def _driver_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--driver", metavar="CMD", default=None,
                         help="with --backend exec: the driver command line (qlwf-backend@1 over stdin/stdout, "
                              "docs/protocol.md), e.g. \"python -m qlwf.impl.sqlite.driver\"")
-    parser.add_argument("--driver-timeout", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--driver-timeout", type=seconds_up_to(3600), default=None, metavar="SECONDS",
                         help="with an exec backend: seconds each driver response may take (default: 10)")
 
 
@@ -85,16 +86,6 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a number of seconds") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("must be in (0, 3600] seconds")
     return value
 
 

@@ -80,7 +80,7 @@ def test_an_outer_timer_is_rearmed_with_what_is_left_and_a_sooner_one_is_left_al
     signal.signal(signal.SIGALRM, outer)
     signal.setitimer(signal.ITIMER_REAL, 100)
     with time_limit(5):
-        pass
+        pass  # a check that answers at once: the outer timer must come back with what is left of it
     assert signal.getsignal(signal.SIGALRM) is outer and 90 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
     signal.setitimer(signal.ITIMER_REAL, 0.2)
     with time_limit(5):
