@@ -22,7 +22,7 @@ from typing import Any
 
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
 from qlwf.model.canonical import canonical_json
-from qlwf.model.errors import QlwfError, Unavailable, error_from_json
+from qlwf.model.errors import Unavailable, error_from_json
 
 from . import backends
 from .exec_connection import DriverConnection, DriverRefused, Ticket, record_key
@@ -74,14 +74,20 @@ class ExecPort(CommandPort):
             raise DriverRefused(f"the driver does not implement {name}")
         self.set_step_time(now)
         self._pending = None
-        return self._finish_apply(self._round_trip(*self._apply_request(name, args, self.clock.value)))
+        with self._exchange():
+            outcome = self._finish_apply(self._round_trip(*self._apply_request(name, args, self.clock.value)))
+        if "error" in outcome:
+            raise error_from_json(outcome["error"])
+        result: Record = outcome["ok"]
+        return result
 
     def snapshot(self) -> Snapshot:
         self._check_open()
         if self._pending is not None:
             snapshot, self._pending = self._pending, None
             return snapshot
-        return self._adopt(self._full_snapshot())
+        with self._exchange():
+            return self._adopt(self._full_snapshot())
 
     def prefetch(self, step: Record, now: int) -> None:
         """Lockstep's hint of its next step: sent now, so the driver runs it while the harness checks
@@ -96,11 +102,26 @@ class ExecPort(CommandPort):
             key, fields = ("snapshot",), {}
         else:
             return
+        with self._exchange():
+            try:
+                ticket: Ticket | DriverFailure = self.connection.send(key[0], **fields)
+            except DriverFailure as e:  # reported by the call it belongs to
+                ticket = e
+            self._ahead = (key, ticket)
+
+    @contextlib.contextmanager
+    def _exchange(self) -> Iterator[None]:
+        """A request, its answer and the port's record of both, as one: broken off in between (a
+        signal, the gate's time limit, a harness error), the mirror may lack changes the driver
+        reported, or an answer may be left unread. That is the harness's doing, so the session is
+        abandoned (decisions Q-87) rather than checked at `close` and blamed on the driver."""
         try:
-            ticket: Ticket | DriverFailure = self.connection.send(key[0], **fields)
-        except DriverFailure as e:  # reported by the call it belongs to
-            ticket = e
-        self._ahead = (key, ticket)
+            yield
+        except (DriverFailure, DriverRefused):  # the driver's own breach or refusal: the session says so
+            raise
+        except BaseException:
+            self.connection.process.abandon()
+            raise
 
     def _apply_request(self, name: str, args: Any, at: int) -> tuple[tuple[Any, ...], Record]:
         flag = {"snapshot": self.batch} if self.batch else {}
@@ -118,6 +139,7 @@ class ExecPort(CommandPort):
         return self.connection.receive(ticket)
 
     def _finish_apply(self, body: Record) -> Record:
+        """The apply response's outcome, checked, after the state it reports is recorded."""
         state_key = {True: "snapshot", "changes": "changes"}.get(self.batch)
         self.connection.expect_keys("apply", body, {"outcome", state_key} if state_key else {"outcome"})
         outcome = self.connection.check_outcome(body["outcome"])
@@ -125,10 +147,7 @@ class ExecPort(CommandPort):
             self._pending = self._adopt(self.connection.check_snapshot(body["snapshot"]))
         elif state_key == "changes":
             self._pending = self._apply_changes(body["changes"])
-        if "error" in outcome:
-            raise error_from_json(outcome["error"])
-        result: Record = outcome["ok"]
-        return result
+        return outcome
 
     def _full_snapshot(self) -> Snapshot:
         body = self._round_trip(("snapshot",), {})
@@ -179,8 +198,9 @@ class ExecPort(CommandPort):
             return
         # Not raised here: the trace's own report comes first; the factory raises it next.
         try:
-            self._drain()
-            full = self._full_snapshot() if self._unverified else None
+            with self._exchange():
+                self._drain()
+                full = self._full_snapshot() if self._unverified else None
         except (DriverFailure, DriverRefused) as e:
             self.connection.deferred = e if isinstance(e, DriverFailure) else self.connection.process.poison(
                 "refused", str(e))
@@ -201,8 +221,7 @@ class ExecPort(CommandPort):
             raise ticket
         body = self.connection.receive(ticket)
         if key[0] == "apply":
-            with contextlib.suppress(QlwfError):
-                self._finish_apply(body)
+            self._finish_apply(body)
         else:
             self.connection.expect_keys("snapshot", body, {"snapshot"})
             self._adopt(self.connection.check_snapshot(body["snapshot"]))
@@ -218,8 +237,9 @@ class ExecFaultPort(ExecPort):
     def corrupt(self, kind: str, key: list[Any], patch: Record) -> None:
         self._check_open()
         self._pending = None
-        self.connection.expect_keys("corrupt", self.connection.request("corrupt", kind=kind, key=key, patch=patch),
-                                    set())
+        with self._exchange():
+            body = self.connection.request("corrupt", kind=kind, key=key, patch=patch)
+        self.connection.expect_keys("corrupt", body, set())
 
 
 class ExecBackend:

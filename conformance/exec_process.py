@@ -138,10 +138,7 @@ class DriverProcess:
         except DriverFailure:
             raise
         except BaseException:
-            # Interrupted mid-exchange (a signal): the session is out of step for good. End it quietly,
-            # so the teardown that follows does not turn the interrupt into a driver failure.
-            self.interrupted = True
-            self.kill()
+            self.abandon()
             raise
 
     @property
@@ -255,6 +252,13 @@ class DriverProcess:
             self._exited_within(1.0)
         self._signal_group(signal.SIGKILL)  # a driver ignoring SIGTERM, and children left in its group
         self.proc.wait()
+
+    def abandon(self) -> None:
+        """The harness broke off mid-exchange (a signal, a time limit, its own error): the session is out
+        of step for good. End it quietly, so the teardown that follows does not turn the interruption
+        into a driver failure; a later request says the session was interrupted."""
+        self.interrupted = True
+        self.kill()
 
     def kill(self) -> None:
         """Stop the driver now (any state) and release its pipes; idempotent."""

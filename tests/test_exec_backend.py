@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance import exec_port, protocol_schema, runner
+from qlwf.conformance.exec_connection import record_key
 from qlwf.conformance.exec_port import ExecBackend, ExecFaultPort, ExecPort
 from qlwf.conformance.exec_process import DriverFailure
 from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
@@ -299,6 +300,28 @@ def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jo
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_with(marker) == []
+
+
+@pytest.mark.parametrize("at", [1, 9, 20, 30, 45, 60, 80])
+def test_an_interrupt_between_an_answer_and_its_record_is_not_blamed_on_the_driver(
+        at: int, monkeypatch: pytest.MonkeyPatch, reaped: None) -> None:
+    """A signal can land after the driver answered and before the port has recorded the changes it
+    reported (decisions Q-87). The port's record is then short of the driver's state; checked at close,
+    it looked like a driver breach, and the factory's failure replaced the interrupt (exit 1 for a
+    SIGTERM, seen in CI). The interrupt must come out as itself, with the driver reaped."""
+    calls = 0
+
+    def interrupted_at(kind: str, record: Any) -> tuple[Any, ...]:
+        nonlocal calls
+        calls += 1
+        if calls == at:
+            raise KeyboardInterrupt
+        return record_key(kind, record)
+
+    monkeypatch.setattr(exec_port, "record_key", interrupted_at)
+    with exec_port.driver_configured("exec", " ".join(SQLITE_DRIVER), None), pytest.raises(KeyboardInterrupt):
+        runner.run_traces("exec", [_corpus("adr0227-worker-protocol")])
+    assert calls == at
 
 
 def test_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
