@@ -97,6 +97,47 @@ def test_server_install_removes_the_policy_it_created(tmp_path: Path) -> None:
     assert not policy.exists()
 
 
+@pytest.mark.parametrize("uv_works", [True, False])
+def test_the_first_run_installs_with_uv_and_falls_back_to_pip(tmp_path: Path, uv_works: bool) -> None:
+    """Decisions Q-88, on a copy of the wrapper whose interpreter is a fake that logs each call: uv
+    installs the project when it can; when it cannot, pip does, and the wrapper says so."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(WRAPPER, repo / "qlwfw")
+    shutil.copy2(REPO / "pyproject.toml", repo / "pyproject.toml")
+    log = tmp_path / "calls"
+    fake_python = tmp_path / "python"
+    # `-m venv DIR` makes DIR/bin/python (this same fake) and a DIR/bin/qlwf that answers --help
+    fake_python.write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && printf '#!/bin/sh\\necho qlwf-help\\n' > "$3/bin/qlwf"
+  chmod +x "$3/bin/qlwf"
+fi
+if [ "$1 $2" = "-m uv" ] && [ "$QLWFW_TEST_UV" != works ]; then exit 2; fi
+exit 0
+""")
+    fake_python.chmod(0o755)
+    out = subprocess.run([str(repo / "qlwfw"), "--help"], capture_output=True, text=True, timeout=60, check=False,
+                         env={**os.environ, "PYTHON": str(fake_python), "QLWFW_TEST_UV": "works" if uv_works else ""})
+    assert out.returncode == 0, out.stderr
+    assert "qlwf-help" in out.stdout
+    calls = log.read_text().splitlines()
+    venv = repo / ".venv"
+    expected = [f"-m venv {venv}",
+                "-m pip install -qq --disable-pip-version-check uv",
+                f"-m uv pip install -q --native-tls --python {venv}/bin/python -e {repo}[dev,cluster]"]
+    if not uv_works:
+        expected += ["-m pip install -qq --disable-pip-version-check --upgrade pip",
+                     f"-m pip install -qq --disable-pip-version-check -e {repo}[dev,cluster]"]
+    assert calls == expected
+    assert ("could not install with uv; installing with pip" in out.stderr) is not uv_works
+    assert (venv / ".qlwf-installed").is_file()  # the next run installs nothing
+    subprocess.run([str(repo / "qlwfw"), "--help"], capture_output=True, timeout=60, check=True,
+                   env={**os.environ, "PYTHON": str(fake_python)})
+    assert log.read_text().splitlines() == calls
+
+
 def test_the_package_builds_quietly_with_its_data(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w",
                           str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300, check=False)
