@@ -126,7 +126,8 @@ exit 0
     venv = repo / ".venv"
     expected = [f"-m venv {venv}",
                 "-m pip install -qq --disable-pip-version-check uv",
-                f"-m uv pip install -q --native-tls --compile-bytecode --python {venv}/bin/python -e {repo}[dev,cluster]"]
+                "-m uv pip install -q --native-tls --compile-bytecode "
+                f"--python {venv}/bin/python -e {repo}[dev,cluster]"]
     if not uv_works:
         expected += ["-m pip install -qq --disable-pip-version-check --upgrade pip",
                      f"-m pip install -qq --disable-pip-version-check -e {repo}[dev,cluster]"]
