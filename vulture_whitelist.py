@@ -72,3 +72,4 @@ _.invariants_hold
 
 # conformance/model_import.py: a ModuleSpec attribute that the import system reads.
 _.submodule_search_locations
+_.serve_sqlite_driver_reporting_inserts_only  # qlwf/selftest.py: the exec-sqlite self-test fault's driver, run by name

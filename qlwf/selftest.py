@@ -9,11 +9,17 @@ only if that check reports `failed` — not `unknown` (no evidence is no detecti
 A fault that cannot be planted (its target text or attribute no longer exists) is a self-test
 failure too, so the catalogue cannot rot silently. The faults are entries of the mutant manifest
 (conformance/mutants, docs/decisions.md Q-28), one per layer, planted here through the owning gate check.
+
+The checks that own no manifest layer get a fault of their own (decisions Q-89): a store that
+commits in the middle of a command, for each backend's crash-injection check, and a driver whose
+change lists leave out updates, for the driver-process check. `UNPLANTED` names the checks that
+get none, and why.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -68,6 +74,65 @@ def _manifest_fault(name: str, layer: str, check: str, mutant: str) -> Fault:
     return Fault(name, layer, check, entry.breaks if entry else f"(manifest entry {mutant} missing)", plant, mutant)
 
 
+def _commits_each_event(store_module: str, store_class: str, begin: str) -> Callable[[], None]:
+    """A store that commits after every event it appends: a command is then no longer one
+    transaction, and a crash between two of its statements leaves part of it behind."""
+
+    def plant() -> None:
+        import importlib
+
+        cls = getattr(importlib.import_module(store_module), store_class, None)
+        real = getattr(cls, "insert_event", None)
+        if cls is None or real is None:
+            raise NotPlanted(f"{store_module}.{store_class}.insert_event no longer exists")
+
+        def commits_early(self: Any, event: Any) -> None:
+            real(self, event)
+            self.conn.execute("COMMIT")
+            self.conn.execute(begin)
+
+        cls.insert_event = commits_early
+
+    return plant
+
+
+def serve_sqlite_driver_reporting_inserts_only() -> int:
+    """The SQLite reference driver, except that its change lists report new records only: a record
+    the command updated is left out, so the harness keeps the old one (the driver-protocol fault)."""
+    from qlwf.impl import driver_protocol
+    from qlwf.impl.sqlite import driver
+
+    changes = driver_protocol.Server._changes
+
+    def inserts_only(self: Any, snapshot: Any) -> list[Any]:
+        known = {kind: set(records) for kind, records in self._sent.items()}
+        return [c for c in changes(self, snapshot) if tuple(c["key"]) not in known[c["kind"]]]
+
+    driver_protocol.Server._changes = inserts_only  # type: ignore[method-assign]
+    return driver.main()
+
+
+def _driver_reports_inserts_only() -> None:
+    from qlwf.conformance import exec_port
+
+    if not hasattr(exec_port, "register_driver"):
+        raise NotPlanted("qlwf.conformance.exec_port.register_driver no longer exists")
+    exec_port.register_driver("exec-sqlite", [sys.executable, "-c", "import sys, qlwf.selftest as s; "
+                                              "sys.exit(s.serve_sqlite_driver_reporting_inserts_only())"])
+
+
+# The checks that get no planted fault, and why (tests/test_selftest.py requires every other check to have one).
+UNPLANTED: dict[str, str] = {
+    "spec-vectors": "it compares the model's identifiers and digests with the spec's published values: "
+                    "any fault there fails it and every other check at once (tests/test_selftest.py plants one)",
+    "oracle-examples": "it compares the examples/ answers with the oracle's: the same model functions "
+                       "the explorer's planted faults already break",
+    "concurrency-postgres": "a race shows only when an interleaving exposes it: one quick run missed a planted "
+                            "clock-read race in 12 of 160 runs under load, too often for a gate that must be "
+                            "red only when something is wrong (tests/test_concurrency_races.py gives it six runs)",
+}
+
+
 FAULTS: tuple[Fault, ...] = (
     _manifest_fault("ready-while-need-running", "model rule", "explorer", "ready_while_need_running"),
     _manifest_fault("settle-leased-claim", "decision table row", "explorer", "convergence_settles_leased_claim"),
@@ -80,6 +145,15 @@ FAULTS: tuple[Fault, ...] = (
                     "pg-active-without-running"),
     _manifest_fault("step-key-unique-across-runs", "schema constraint", "conform-sqlite",
                     "sqlite-step-key-unique-across-runs"),
+    Fault("sqlite-commits-each-event", "SQLite transaction boundary", "faults-sqlite",
+          "storage.md §4: any failure rolls back the whole transaction",
+          _commits_each_event("qlwf.impl.sqlite.store", "SqliteStore", "BEGIN IMMEDIATE")),
+    Fault("postgres-commits-each-event", "PostgreSQL transaction boundary", "faults-postgres",
+          "storage.md §4: any failure rolls back the whole transaction",
+          _commits_each_event("qlwf.impl.postgres.store", "PgStore", "BEGIN ISOLATION LEVEL SERIALIZABLE")),
+    Fault("driver-reports-inserts-only", "driver protocol", "exec-sqlite",
+          "docs/protocol.md: the changes are every record added or changed since the state last returned",
+          _driver_reports_inserts_only),
 )
 
 

@@ -8,7 +8,7 @@ from qlwf.conformance.mutants.manifest import by_name
 
 from qlwf import selftest
 from qlwf.checks import CHECKS
-from qlwf.selftest import FAULTS, Fault, NotPlanted
+from qlwf.selftest import FAULTS, UNPLANTED, Fault, NotPlanted
 
 
 def _nothing() -> None:
@@ -38,15 +38,16 @@ def test_a_fault_counts_only_when_its_check_fails(monkeypatch: pytest.MonkeyPatc
     assert "wrong" not in vectors.EXPECTED.values()  # the fault never leaked into this process
 
 
-def test_the_catalogue_covers_every_layer_with_a_real_check() -> None:
-    layers = {f.layer for f in FAULTS}
-    assert layers == {"model rule", "decision table row", "proof encoding", "impl command sequence",
-                      "SQLite storage statement", "PostgreSQL storage statement", "schema constraint"}
+def test_the_catalogue_covers_every_layer_and_every_check() -> None:
     names = {c.name for c in CHECKS}
     assert all(f.check in names for f in FAULTS)
     # one planted manifest entry per layer of the manifest
     planted = [by_name(f.mutant).layer for f in FAULTS if f.mutant is not None]
-    assert len(planted) == len(FAULTS) and sorted(planted) == sorted(LAYERS)
+    assert sorted(planted) == sorted(LAYERS)
+    # every other check gets a fault of its own, or is named in UNPLANTED with its reason (Q-89)
+    assert {f.check for f in FAULTS}.isdisjoint(UNPLANTED) and set(UNPLANTED) <= names
+    assert {f.check for f in FAULTS} | set(UNPLANTED) == names
+    assert len({f.layer for f in FAULTS}) == len(FAULTS)  # one fault per layer
 
 
 def test_skipping_a_leg_skips_its_faults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,3 +55,18 @@ def test_skipping_a_leg_skips_its_faults(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(selftest, "FAULTS", tuple(pg))
     results = selftest.self_test(skip=frozenset({"postgres"}))
     assert [r.status for r in results] == ["skipped"] * len(pg)
+
+
+def test_the_sqlite_side_check_faults_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faults of Q-89 that need no PostgreSQL; `.ci/run`'s self-test runs all of them."""
+    chosen = tuple(f for f in FAULTS if f.name in ("sqlite-commits-each-event", "driver-reports-inserts-only"))
+    monkeypatch.setattr(selftest, "FAULTS", chosen)
+    results = selftest.self_test()
+    assert len(results) == 2 and all(r.status == "passed" for r in results), [r.summary for r in results]
+    assert "crash injection" in results[0].summary and "driver protocol" in results[1].summary
+    from qlwf.impl import driver_protocol
+    from qlwf.impl.sqlite.store import SqliteStore
+
+    # planted in the children only
+    assert SqliteStore.insert_event.__name__ == "insert_event"
+    assert driver_protocol.Server._changes.__name__ == "_changes"
