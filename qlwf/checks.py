@@ -9,9 +9,12 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qlwf.gate import Check, Evidence, NoEvidence
+
+if TYPE_CHECKING:  # the checks import their machinery when they run
+    from qlwf.conformance.lockstep import LockstepResult
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,26 +99,35 @@ def _ql3_twin_problem(fn: str, content: Any, model_shaped: dict[str, Any]) -> st
 
 
 def _conformance(backend: str, corpus: bool, traces: int, seed: int, jobs: int = 2, *,
-                 fail_fast: bool = False) -> Evidence:
+                 fail_fast: bool = False, seen: list[LockstepResult] | None = None) -> Evidence:
     """`fail_fast` (the self-test's): a corpus that already diverges settles the verdict, so the
-    generated traces are not run."""
+    generated traces are not run. `seen` collects the diverging results as they arrive (they
+    outlive a run that a broken backend aborts)."""
     from qlwf.conformance import runner
+
+    def keep(result: LockstepResult) -> None:
+        if seen is not None and not result.passed:
+            seen.append(result)
 
     parts = []
     if corpus:
-        parts.append(runner.run_traces(backend, runner.corpus_traces()))
+        parts.append(runner.run_traces(backend, runner.corpus_traces(), on_result=keep))
     if traces and not (fail_fast and parts and parts[0].failures):
-        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs))
+        parts.append(runner.run_generated(backend, traces, seed, jobs=jobs, on_result=keep))
     failures = [r for p in parts for r in p.failures]
-    problems: tuple[str, ...] = ()
-    if failures:
-        first = failures[0]
-        if first.divergence is not None:  # saved, so the report can print the `qlwf show` command
-            runner.save_divergence(first.divergence, backend)
-        report = first.divergence.render() if first.divergence else "diverged"
-        problems = (f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}",)
+    problems = (_divergence_problem(backend, failures),) if failures else ()
     counts = runner.evidence_counts(parts, corpus)
     return Evidence("; ".join(p.line() for p in parts) or "no traces", counts, problems)
+
+
+def _divergence_problem(backend: str, failures: list[LockstepResult]) -> str:
+    from qlwf.conformance import runner
+
+    first = failures[0]
+    if first.divergence is not None:  # saved, so the report can print the `qlwf show` command
+        runner.save_divergence(first.divergence, backend)
+    report = first.divergence.render() if first.divergence else "diverged"
+    return f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}"
 
 
 # ---- the backend checks: one per GateEntry of every registered backend (conformance/backends.py) ----
@@ -124,11 +136,14 @@ def _conform_kind(backend: str, params: Mapping[str, Any], fail_fast: bool) -> E
     """The golden corpus (unless `corpus` is False) and seeded generated traces in lockstep with the model."""
     from qlwf.conformance.backends import SEED, BackendBroken
 
+    seen: list[LockstepResult] = []
     try:
         return _conformance(backend, bool(params.get("corpus", True)), int(params.get("traces", 0)), SEED,
-                            int(params.get("jobs", 1)), fail_fast=fail_fast)
+                            int(params.get("jobs", 1)), fail_fast=fail_fast, seen=seen)
     except BackendBroken as e:  # the run stops at a broken backend (a driver): a failure with its report
-        return Evidence(f"the {backend} backend broke its port", {}, (f"{backend}: {e}",))
+        # what diverged before it broke comes first: it is the earlier symptom, with its step and diff
+        earlier = (_divergence_problem(backend, seen),) if seen else ()
+        return Evidence(f"the {backend} backend broke its port", {}, (*earlier, f"{backend}: {e}"))
 
 
 def _faults_kind(backend: str, params: Mapping[str, Any], quick: bool) -> Evidence:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from qlwf.conformance.mutants import LAYERS
 from qlwf.conformance.mutants.manifest import by_name
@@ -63,10 +65,30 @@ def test_the_sqlite_side_check_faults_are_caught(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(selftest, "FAULTS", chosen)
     results = selftest.self_test()
     assert len(results) == 2 and all(r.status == "passed" for r in results), [r.summary for r in results]
-    assert "crash injection" in results[0].summary and "driver protocol" in results[1].summary
+    assert "crash injection" in results[0].summary and "diverge on exec-sqlite" in results[1].summary
     from qlwf.impl import driver_protocol
     from qlwf.impl.sqlite.store import SqliteStore
 
     # planted in the children only
     assert SqliteStore.insert_event.__name__ == "insert_event"
     assert driver_protocol.Server._changes.__name__ == "_changes"
+
+
+def test_a_driver_that_breaks_after_a_divergence_reports_the_divergence_first(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The exec check's report leads with the earlier symptom, the diverging step and its diff, and
+    then says how the driver broke; before, the driver failure alone was reported."""
+    from qlwf.conformance import backends
+
+    monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
+    saved = backends.get("exec-sqlite")
+    try:
+        selftest._driver_reports_inserts_only()
+        (check,) = [c for c in CHECKS if c.name == "exec-sqlite"]
+        problems = check.run({"quick": True, "fail_fast": True}).problems
+    finally:
+        backends.restore(saved)
+    assert len(problems) == 2, problems
+    assert "diverge on exec-sqlite" in problems[0] and "at step 2: state" in problems[0]
+    assert "version: model=4 backend=3" in problems[0]  # the update the driver left out
+    assert problems[1].startswith("exec-sqlite: driver protocol: the snapshot changes")
