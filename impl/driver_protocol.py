@@ -187,7 +187,10 @@ def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, vers
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     source = stdin if stdin is not None else sys.stdin.buffer
     _unwind_on_sigterm()
-    built = factory() if callable(factory) else factory
+    try:
+        built = factory() if callable(factory) else factory
+    except KeyboardInterrupt as e:  # while a store starts (a throwaway cluster), which cleans up after itself
+        return _stopped(name, e)
     server = Server(built, name, version, fault_hooks)
     try:
         for line in source:
@@ -208,9 +211,27 @@ def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, vers
             stdout.flush()
             if server.closed:
                 break
+    except KeyboardInterrupt as e:  # the store is released (finally) before the process exits
+        return _stopped(name, e)
     finally:
         server.shutdown()
     return 0
+
+
+def _stopped(name: str, interrupt: KeyboardInterrupt) -> int:
+    """SIGTERM (the harness ending us) or Ctrl-C: one line and the signal's exit status, not a
+    traceback, since the harness quotes the driver's stderr tail and it must not read as a crash."""
+    signum = interrupt.signum if isinstance(interrupt, Terminated) else signal.SIGINT
+    print(f"{name} driver: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _unwind_on_sigterm() -> None:
@@ -220,7 +241,7 @@ def _unwind_on_sigterm() -> None:
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_IGN)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        raise Terminated(signum)
 
     with contextlib.suppress(ValueError):  # not the main thread (an in-process test): nothing to install
         signal.signal(signal.SIGTERM, handler)

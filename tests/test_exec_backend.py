@@ -324,6 +324,25 @@ def test_an_interrupt_between_an_answer_and_its_record_is_not_blamed_on_the_driv
     assert calls == at
 
 
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_reference_driver_stopped_by_a_signal_says_so_in_one_line(sig: signal.Signals, status: int) -> None:
+    """The harness ends a driver with SIGTERM and then quotes its stderr tail: a traceback there read
+    as a crash of the driver. Now one line says what stopped it, and the exit status is the signal's."""
+    proc = subprocess.Popen(SQLITE_DRIVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(b'{"id":1,"type":"hello","protocol":"qlwf-backend@1"}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["type"] == "hello"  # serving: the handler is in place
+        proc.send_signal(sig)
+        assert proc.wait(30) == status
+        assert proc.stderr.read().decode() == f"qlwf-sqlite driver: stopped by {sig.name}\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["conform", "--backend", "exec", "--traces", "1"]) == 2
     assert cli.main(["conform", "--backend", "sqlite", "--driver", "x", "--traces", "1"]) == 2
