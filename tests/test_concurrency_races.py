@@ -8,18 +8,15 @@ the database's. The quick gate's concurrency check (K = 2, 4, 8, a short run) mu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from qlwf.conformance.concurrency_workload import Worker, World
-from qlwf.impl.commands import registry
-from qlwf.impl.commands.context import StoreTx
-from qlwf.impl.commands.loads import Loads
 from qlwf.impl.port import Record
 from qlwf.model.errors import Conflict
 
 from qlwf import checks
+from qlwf.selftest import plant_clock_read_before_locks
 
 HOT = "wta:hot"
 RACES = ("race_claim", "race_renew", "race_complete", "race_release", "race_recover", "race_cancel", "race_frontier")
@@ -59,22 +56,6 @@ def test_race_operations_all_aim_at_the_newest_live_attempt() -> None:
     assert {race for race in RACES} <= {f.__name__ for f, _ in worker.menu}
 
 
-def read_clock_before_locks(mp: pytest.MonkeyPatch) -> None:
-    """The mutant: `now` read before the lock phase (impl/commands/registry.run_command, as the shared SQL
-    adapter calls it; only the PostgreSQL concurrency check runs while it is planted)."""
-    from qlwf.impl import sql_adapter as adapter
-
-    def run_command(store: Any, fail: Any, clock: Any, command: registry.WritingCommand, prepared: Any,
-                    on_now: Callable[[int], None] | None = None) -> Record:
-        now = clock.read(store.database_time)
-        command.lock(store, fail, prepared)
-        if on_now is not None:
-            on_now(now)
-        return command.run(StoreTx(store, Loads(store, fail), fail, now), prepared)
-
-    mp.setattr(adapter, "run_command", run_command)
-
-
 @pytest.mark.postgres
 def test_the_quick_concurrency_check_catches_a_clock_read_before_the_locks(pg_server: object,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +63,7 @@ def test_the_quick_concurrency_check_catches_a_clock_read_before_the_locks(pg_se
     # it in about 8 % of runs (12 of 160, 2026-12-03; 0 of 10 on an idle machine), so the mutant gets up
     # to six quick runs: a miss in all six, about 3e-7 if they are independent, fails the test.
     with monkeypatch.context() as mp:
-        read_clock_before_locks(mp)
+        plant_clock_read_before_locks(mp)
         (check,) = [c for c in checks.backend_checks() if c.name == "concurrency-postgres"]
         for _ in range(6):
             evidence = check.run({"quick": True})

@@ -92,3 +92,29 @@ def test_a_driver_that_breaks_after_a_divergence_reports_the_divergence_first(
     assert "diverge on exec-sqlite" in problems[0] and "at step 2: state" in problems[0]
     assert "version: model=4 backend=3" in problems[0]  # the update the driver left out
     assert problems[1].startswith("exec-sqlite: driver protocol: the snapshot changes")
+
+
+@pytest.mark.parametrize(("fails_on", "tries", "status", "note"), [
+    (3, 6, "passed", "(run 3 of at most 6)"),  # a race seen on the third run is caught
+    (7, 6, "failed", "(run 6 of at most 6)"),  # never seen within the tries: not caught
+    (2, 1, "failed", ""),                      # a fault with one try gets one run
+])
+def test_a_fault_with_several_tries_counts_when_any_run_fails(monkeypatch: pytest.MonkeyPatch, fails_on: int,
+                                                               tries: int, status: str, note: str) -> None:
+    from qlwf.gate import Check, Evidence
+
+    runs = []
+
+    def flaky(_opts: dict[str, object]) -> Evidence:  # runs in the forked child, which keeps `runs`
+        runs.append(1)
+        problems = ("the race showed",) if len(runs) == fails_on else ()
+        return Evidence(f"run {len(runs)}", {"runs": 1}, problems)
+
+    probe = Check("probe-race", "passes until its n-th run", flaky)
+    monkeypatch.setattr(selftest, "CHECKS", [*CHECKS, probe])
+    monkeypatch.setattr(selftest, "load_floors", lambda: {"quick": {"probe-race": {"runs": 1}}})
+    fault = Fault("probe", "race", "probe-race", "a race", _nothing, tries=tries)
+    monkeypatch.setattr(selftest, "FAULTS", (fault,))
+    (result,) = selftest.self_test()
+    assert result.status == status, result.summary
+    assert result.summary.endswith(note) and runs == []  # counted in the child only
