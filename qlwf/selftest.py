@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from qlwf.checks import CHECKS
@@ -231,9 +231,15 @@ class _Running:
         self.proc.start()
         child.close()
 
+    @property
+    def ended(self) -> list[Any]:
+        """What `multiprocessing.connection.wait` reports once this fault has a verdict or its child died."""
+        return [self.conn, self.proc.sentinel]
+
     def finish(self, timeout: float) -> tuple[FaultResult, float]:
+        """The verdict, waiting for it until `timeout` seconds after the fault was planted."""
         try:
-            if self.conn.poll(timeout):
+            if self.conn.poll(max(0.0, self.start + timeout - time.perf_counter())):
                 verdict, summary = self.conn.recv()
             else:
                 verdict, summary = "error", f"no verdict within {timeout:.0f} s"
@@ -267,12 +273,16 @@ def self_test(skip: frozenset[str] = frozenset(), progress: Any = None, jobs: in
                 print(f"qlwf check --self-test: planting {fault.name} ({fault.layer}) → {fault.check}",
                       file=progress, flush=True)
             running.append(_Running(fault, timeout))
-        current = running.pop(0)
-        r, seconds = current.finish(timeout)
-        done[r.fault.name] = _result(r, seconds)
-        if progress is not None:
-            print(f"qlwf check --self-test: {r.fault.name}: {done[r.fault.name].status} in {seconds:.1f} s",
-                  file=progress, flush=True)
+        # whichever fault ends first frees its slot (and is timed) at once, not after those planted before it
+        first_deadline = min(r.start for r in running) + timeout
+        ready = set(wait([obj for r in running for obj in r.ended], max(0.0, first_deadline - time.perf_counter())))
+        for current in [r for r in running if ready & set(r.ended) or time.perf_counter() >= r.start + timeout]:
+            running.remove(current)
+            r, seconds = current.finish(timeout)
+            done[r.fault.name] = _result(r, seconds)
+            if progress is not None:
+                print(f"qlwf check --self-test: {r.fault.name}: {done[r.fault.name].status} in {seconds:.1f} s",
+                      file=progress, flush=True)
     return [done[f.name] for f in FAULTS]
 
 

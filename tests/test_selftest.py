@@ -118,3 +118,36 @@ def test_a_fault_with_several_tries_counts_when_any_run_fails(monkeypatch: pytes
     (result,) = selftest.self_test()
     assert result.status == status, result.summary
     assert result.summary.endswith(note) and runs == []  # counted in the child only
+
+
+def test_a_fault_that_ends_first_frees_its_slot_at_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two slots, three faults: the first fault's check waits for the third's to have run. Waiting for
+    the faults in planting order would start the third only after the first ended (which then sees
+    nothing and is not caught)."""
+    import time
+
+    from qlwf.gate import Check, Evidence
+
+    marker = tmp_path / "third-ran"
+
+    def waits_for_the_third(_opts: dict[str, object]) -> Evidence:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return Evidence("first", {"runs": 1}, ("seen",) if marker.exists() else ())
+
+    def quick(_opts: dict[str, object]) -> Evidence:
+        return Evidence("second", {"runs": 1}, ("seen",))
+
+    def marks(_opts: dict[str, object]) -> Evidence:
+        marker.touch()
+        return Evidence("third", {"runs": 1}, ("seen",))
+
+    probes = [Check(f"probe-{n}", n, run) for n, run in (("a", waits_for_the_third), ("b", quick), ("c", marks))]
+    monkeypatch.setattr(selftest, "CHECKS", [*CHECKS, *probes])
+    monkeypatch.setattr(selftest, "load_floors", lambda: {"quick": {c.name: {"runs": 1} for c in probes}})
+    monkeypatch.setattr(selftest, "FAULTS", tuple(Fault(f"fault-{c.name}", c.name, c.name, "-", _nothing)
+                                                  for c in probes))
+    results = selftest.self_test(jobs=2)
+    assert [r.status for r in results] == ["passed"] * 3, [r.summary for r in results]
+    assert results[1].seconds < results[0].seconds  # timed when it ended, not when its turn came
