@@ -14,7 +14,8 @@ The checks that own no manifest layer get a fault of their own (decisions Q-89):
 commits in the middle of a command, for each backend's crash-injection check, a driver whose
 change lists leave out updates, for the driver-process check, and a clock read before the locks,
 for the concurrency check, which gets several runs since only some interleavings expose a race
-(Q-92). `UNPLANTED` names the checks that get none, and why.
+(Q-92), and an identifier recipe for the spec-vectors check. `UNPLANTED` names the check that
+gets none, and why.
 """
 
 from __future__ import annotations
@@ -145,12 +146,30 @@ def plant_clock_read_before_locks(patcher: Any) -> None:
     patcher.setattr(sql_adapter, "run_command", run_command)
 
 
+def _attempt_id_omits_version() -> None:
+    """The attempt id hashed without the StepRun version: attempts admitted at two ready epochs of one
+    StepRun would share an id."""
+    from qlwf.model import ids
+    from qlwf.model import tables as T
+    from qlwf.model.canonical import id_hash
+
+    if not hasattr(ids, "task_attempt_ids"):
+        raise NotPlanted("qlwf.model.ids.task_attempt_ids no longer exists")
+
+    def task_attempt_ids(pd: str, step_run_id: str, step_run_version: int) -> tuple[str, str]:
+        del step_run_version  # the fault: left out of the hash
+        a = id_hash(T.DOMAIN_TASK_ATTEMPT_ID, pd, step_run_id)
+        return f"wta:{a[:32]}", f"wte:{a[:32]}"
+
+    ids.task_attempt_ids = task_attempt_ids
+
+
 # The checks that get no planted fault, and why (tests/test_selftest.py requires every other check to have one).
 UNPLANTED: dict[str, str] = {
-    "spec-vectors": "it compares the model's identifiers and digests with the spec's published values: "
-                    "any fault there fails it and every other check at once (tests/test_selftest.py plants one)",
-    "oracle-examples": "it compares the examples/ answers with the oracle's: the same model functions "
-                       "the explorer's planted faults already break",
+    "oracle-examples": "it fails when an example file is stale or a ql3-shaped twin resolves otherwise than its "
+                       "model-shaped original; a model fault moves both alike (three model-rule faults planted "
+                       "on 2026-12-03 all passed it), and no plausible single fault in the twins' input "
+                       "handling is planted yet",
 }
 
 
@@ -175,6 +194,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("driver-reports-inserts-only", "driver protocol", "exec-sqlite",
           "docs/protocol.md: the changes are every record added or changed since the state last returned",
           _driver_reports_inserts_only),
+    Fault("attempt-id-omits-version", "identifier recipe", "spec-vectors",
+          "records.md §7: A = id_hash(task-attempt-id domain, pd, stepRunId, dec(stepRun.version at admission))",
+          _attempt_id_omits_version),
     # one quick run missed it in 12 of 160 under load (about 8 %): six runs, about 3e-7 if independent
     Fault("clock-read-before-locks", "PostgreSQL lock phase", "concurrency-postgres",
           "storage.md §7 (D-8): now is read once after the Run row lock is held",
