@@ -14,8 +14,8 @@ The checks that own no manifest layer get a fault of their own (decisions Q-89):
 commits in the middle of a command, for each backend's crash-injection check, a driver whose
 change lists leave out updates, for the driver-process check, and a clock read before the locks,
 for the concurrency check, which gets several runs since only some interleavings expose a race
-(Q-92), and an identifier recipe for the spec-vectors check. `UNPLANTED` names the check that
-gets none, and why.
+(Q-92), an identifier recipe for the spec-vectors check and the snapshot input shape for the
+oracle-examples check. So every gate check is shown to fail (tests/test_selftest.py).
 """
 
 from __future__ import annotations
@@ -164,13 +164,15 @@ def _attempt_id_omits_version() -> None:
     ids.task_attempt_ids = task_attempt_ids
 
 
-# The checks that get no planted fault, and why (tests/test_selftest.py requires every other check to have one).
-UNPLANTED: dict[str, str] = {
-    "oracle-examples": "it fails when an example file is stale or a ql3-shaped twin resolves otherwise than its "
-                       "model-shaped original; a model fault moves both alike (three model-rule faults planted "
-                       "on 2026-12-03 all passed it), and no plausible single fault in the twins' input "
-                       "handling is planted yet",
-}
+def _snapshot_attempt_refuses_executor_handle() -> None:
+    """The generic RunAttempt key set without `executorHandle`: a ql3 snapshot attempt that carries one
+    is refused, although the model-shaped attempt it stands for resolves."""
+    from qlwf.model import records
+
+    if "executorHandle" not in getattr(records, "GENERIC_ATTEMPT_KEYSET", ()):
+        raise NotPlanted("qlwf.model.records.GENERIC_ATTEMPT_KEYSET has no executorHandle to leave out")
+    records.GENERIC_ATTEMPT_KEYSET = records.GENERIC_ATTEMPT_KEYSET - {"executorHandle"}
+
 
 
 FAULTS: tuple[Fault, ...] = (
@@ -197,6 +199,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("attempt-id-omits-version", "identifier recipe", "spec-vectors",
           "records.md §7: A = id_hash(task-attempt-id domain, pd, stepRunId, dec(stepRun.version at admission))",
           _attempt_id_omits_version),
+    Fault("snapshot-attempt-refuses-executor-handle", "snapshot input shape", "oracle-examples",
+          "records.md §6.7: a snapshot attempt may carry the generic RunAttempt keys, executorHandle among them",
+          _snapshot_attempt_refuses_executor_handle),
     # one quick run missed it in 12 of 160 under load (about 8 %): six runs, about 3e-7 if independent
     Fault("clock-read-before-locks", "PostgreSQL lock phase", "concurrency-postgres",
           "storage.md §7 (D-8): now is read once after the Run row lock is held",
