@@ -77,26 +77,28 @@ def _manifest_fault(name: str, layer: str, check: str, mutant: str) -> Fault:
     return Fault(name, layer, check, entry.breaks if entry else f"(manifest entry {mutant} missing)", plant, mutant)
 
 
-def _commits_each_event(store_module: str, store_class: str, begin: str) -> Callable[[], None]:
+# The store class of each backend and the statement that opens its next transaction (storage.md §6).
+_STORES = {"sqlite": ("qlwf.impl.sqlite.store", "SqliteStore", "BEGIN IMMEDIATE"),
+           "postgres": ("qlwf.impl.postgres.store", "PgStore", "BEGIN ISOLATION LEVEL SERIALIZABLE")}
+
+
+def plant_commits_each_event(patcher: Any, backend: str) -> None:
     """A store that commits after every event it appends: a command is then no longer one
     transaction, and a crash between two of its statements leaves part of it behind."""
+    import importlib
 
-    def plant() -> None:
-        import importlib
+    module, class_name, begin = _STORES[backend]
+    cls = getattr(importlib.import_module(module), class_name, None)
+    real = getattr(cls, "insert_event", None)
+    if cls is None or real is None:
+        raise NotPlanted(f"{module}.{class_name}.insert_event no longer exists")
 
-        cls = getattr(importlib.import_module(store_module), store_class, None)
-        real = getattr(cls, "insert_event", None)
-        if cls is None or real is None:
-            raise NotPlanted(f"{store_module}.{store_class}.insert_event no longer exists")
+    def commits_early(self: Any, event: Any) -> None:
+        real(self, event)
+        self.conn.execute("COMMIT")
+        self.conn.execute(begin)
 
-        def commits_early(self: Any, event: Any) -> None:
-            real(self, event)
-            self.conn.execute("COMMIT")
-            self.conn.execute(begin)
-
-        cls.insert_event = commits_early
-
-    return plant
+    patcher.setattr(cls, "insert_event", commits_early)
 
 
 def serve_sqlite_driver_reporting_inserts_only() -> int:
@@ -189,10 +191,10 @@ FAULTS: tuple[Fault, ...] = (
                     "sqlite-step-key-unique-across-runs"),
     Fault("sqlite-commits-each-event", "SQLite transaction boundary", "faults-sqlite",
           "storage.md §4: any failure rolls back the whole transaction",
-          _commits_each_event("qlwf.impl.sqlite.store", "SqliteStore", "BEGIN IMMEDIATE")),
+          lambda: plant_commits_each_event(_Assign(), "sqlite")),
     Fault("postgres-commits-each-event", "PostgreSQL transaction boundary", "faults-postgres",
           "storage.md §4: any failure rolls back the whole transaction",
-          _commits_each_event("qlwf.impl.postgres.store", "PgStore", "BEGIN ISOLATION LEVEL SERIALIZABLE")),
+          lambda: plant_commits_each_event(_Assign(), "postgres")),
     Fault("driver-reports-inserts-only", "driver protocol", "exec-sqlite",
           "docs/protocol.md: the changes are every record added or changed since the state last returned",
           _driver_reports_inserts_only),

@@ -235,16 +235,11 @@ def test_the_gate_explorer_checks_every_transition_against_its_postconditions(
 def test_the_gate_crash_check_fails_on_a_store_whose_commands_are_not_atomic(monkeypatch: pytest.MonkeyPatch) -> None:
     """faults-sqlite as the gate runs it, not only its harness: a store that commits after each event
     leaves a partial write at the first crash point after that commit."""
-    from qlwf.impl.sqlite.store import SqliteStore
-
-    def commits_early(self: SqliteStore, event: Any, real: Any = SqliteStore.insert_event) -> None:
-        real(self, event)
-        self.conn.execute("COMMIT")
-        self.conn.execute("BEGIN IMMEDIATE")
+    from qlwf.selftest import plant_commits_each_event
 
     (check,) = [c for c in checks.CHECKS if c.name == "faults-sqlite"]
     assert not check.run({"quick": True}).problems
-    monkeypatch.setattr(SqliteStore, "insert_event", commits_early)
+    plant_commits_each_event(monkeypatch, "sqlite")
     problems = check.run({"quick": True}).problems
     crashes = [p for p in problems if p.startswith("crash injection on ")]
     assert crashes and "partial write" in crashes[0], problems

@@ -11,7 +11,6 @@ from qlwf.conformance import runner
 from qlwf.conformance.lost_commits import with_lost_commits
 from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
 from qlwf.impl.postgres.server import PgServer, ThrowawayCluster
-from qlwf.impl.postgres.store import PgStore
 from qlwf.model import tables as T
 
 pytestmark = pytest.mark.postgres
@@ -35,25 +34,12 @@ def test_a_killed_backend_leaves_the_state_before_the_command(pg_server: PgServe
     assert stats.commands >= 50 and stats.crash_points > 8 * stats.commands
 
 
-class CommitsEachEvent(PgStore):
-    """A broken store whose commands are not atomic: every event is committed on its own."""
-
-    def insert_event(self, event: Any) -> None:
-        super().insert_event(event)
-        self.conn.execute("COMMIT")
-        self.conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-
-
 def test_a_non_atomic_store_is_caught(pg_server: PgServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qlwf.conformance.pg_crashes as pg_crashes
+    """A store that commits after each event (the self-test's planted fault): every command is no longer
+    atomic, and the first kill after such a commit leaves a partial write."""
+    from qlwf.selftest import plant_commits_each_event
 
-    original = pg_crashes.CrashingPgAdapter.__init__
-
-    def with_broken_store(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self._store_factory = CommitsEachEvent
-
-    monkeypatch.setattr(pg_crashes.CrashingPgAdapter, "__init__", with_broken_store)
+    plant_commits_each_event(monkeypatch, "postgres")
     [result] = run_with_kills(corpus("adr0226-dependency-readied"), PgCrashStats(), pg_server)
     assert not result.passed and result.divergence is not None
     assert "admit_workflow" in result.divergence.render() and "partial write" in result.divergence.render()
