@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from generate import demo_plan
 from qlwf.model import canonical
 from qlwf.model.canonical import canonical_text
-from qlwf.model.invariants import consistent_binding
 from qlwf.model.oracle import consult
 from qlwf.model.system import WorkflowSystem
 
@@ -61,32 +60,6 @@ def snapshots(name: str, steps: list[tuple[str, list[str]]]) -> tuple[dict[str, 
     cancel = {"run": w.state.runs[run_id], "stepRuns": w.state.steps_of_run(run_id), "activeTaskAttempts": [],
               "observedAtMs": w.state.clock}
     return frontier, cancel
-
-
-def late_cancel_snapshot(name: str, steps: list[tuple[str, list[str]]], done: int) -> dict[str, Any]:
-    """A cancellation snapshot after `done` steps succeeded through the worker path (few open steps left)."""
-    w = WorkflowSystem(clock=1000)
-    plan = demo_plan(f"run-late-{name}", f"plan-late-{name}", steps)
-    run_id = plan["runId"]
-    assert w.apply("admit_workflow", plan=plan).ok
-    by_id = {s["stepRunId"]: s for s in plan["steps"]}
-    finished = 0
-    while finished < done:
-        w.advance(10)
-        ready = [s for s in w.state.steps_of_run(run_id) if s["status"] == "ready"]
-        for s in sorted(ready, key=lambda s: s["stepKey"])[: done - finished]:
-            out = w.apply("admit_task_attempt", runId=run_id, stepRunId=s["id"],
-                          binding=consistent_binding(plan, by_id[s["id"]]))
-            assert out.result is not None, out.error
-            fence = {"attemptId": out.result["attempt"]["id"], "workerId": "w", "leaseGeneration": 1}
-            assert w.apply("claim_lease", attemptId=fence["attemptId"], workerId="w", durationMs=60000).ok
-            assert w.apply("start_attempt", **fence, timeoutMs=None).ok
-            assert w.apply("complete_attempt", **fence, exitCode=0).ok
-            finished += 1
-        w.apply("advance_frontier", runId=run_id)
-    assert w.apply("request_cancel", runId=run_id, reason="user", actor={"type": "user"}).ok
-    return {"run": w.state.runs[run_id], "stepRuns": w.state.steps_of_run(run_id), "activeTaskAttempts": [],
-            "observedAtMs": w.state.clock}
 
 
 def shuffled(x: Any, rng: random.Random) -> Any:
