@@ -324,11 +324,26 @@ def test_an_interrupt_between_an_answer_and_its_record_is_not_blamed_on_the_driv
     assert calls == at
 
 
+def _start_with_sigint_deliverable(argv: list[str]) -> subprocess.Popen[bytes]:
+    """The driver, started so that SIGINT reaches it whatever this process inherited. A child inherits
+    an ignored SIGINT (a non-interactive shell starts its background jobs so, and CI may run the suite
+    as one), and a Python program started with SIGINT ignored rightly keeps ignoring it; a handled
+    signal is reset to its default at exec. So this process handles SIGINT while the child starts."""
+    inherited = signal.getsignal(signal.SIGINT)
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        if inherited is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, inherited)
+
+
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_reference_driver_stopped_by_a_signal_says_so_in_one_line(sig: signal.Signals, status: int) -> None:
     """The harness ends a driver with SIGTERM and then quotes its stderr tail: a traceback there read
     as a crash of the driver. Now one line says what stopped it, and the exit status is the signal's."""
-    proc = subprocess.Popen(SQLITE_DRIVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _start_with_sigint_deliverable(SQLITE_DRIVER)
     try:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         proc.stdin.write(b'{"id":1,"type":"hello","protocol":"qlwf-backend@1"}\n')
