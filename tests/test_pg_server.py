@@ -713,3 +713,21 @@ def test_step_run_of_another_run_is_rejected(seeded: psycopg.Connection[Any]) ->
     assert rejected(seeded, "step_runs", orphan, FOREIGN_KEY_VIOLATION).diag.constraint_name == (
         "ql3_step_runs_parent_fk"
     )
+
+
+def test_administration_tools_are_found_with_or_without_sbin_on_path(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """useradd and setpriv live in sbin directories, which a minimal environment's PATH (`env -i`,
+    cron, some CI runners) lacks: they are looked up there too, after PATH."""
+    on_path, sbin = tmp_path / "bin", tmp_path / "sbin"
+    for directory in (on_path, sbin):
+        directory.mkdir()
+        tool = directory / "qlwf-probe-tool"
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    monkeypatch.setattr(pg_server_module, "_SBIN_DIRS", (str(sbin),))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert pg_server_module.system_tool("qlwf-probe-tool") == str(sbin / "qlwf-probe-tool")
+    monkeypatch.setenv("PATH", str(on_path))
+    assert pg_server_module.system_tool("qlwf-probe-tool") == str(on_path / "qlwf-probe-tool")
+    assert pg_server_module.system_tool("qlwf-no-such-tool") is None

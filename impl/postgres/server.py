@@ -216,6 +216,18 @@ def _user_usable(name: str) -> pwd.struct_passwd | None:
     return entry if entry.pw_uid != 0 else None
 
 
+# Where the system's administration tools live; a root shell's PATH usually has them, a minimal
+# environment (`env -i`, some CI runners, cron) may not.
+_SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def system_tool(name: str) -> str | None:
+    """The path of an administration tool (useradd, runuser, setpriv), on PATH or in the sbin
+    directories."""
+    path = os.pathsep.join([os.environ.get("PATH", os.defpath), *_SBIN_DIRS])
+    return shutil.which(name, path=path)
+
+
 def _pick_os_user() -> pwd.struct_passwd:
     """Pick an unprivileged user for the server, creating a system user only as a last resort."""
     override = os.environ.get(OS_USER_ENV)
@@ -226,7 +238,7 @@ def _pick_os_user() -> pwd.struct_passwd:
             return entry
     if override:
         raise PostgresStartupError(f"{OS_USER_ENV}={override!r} is not an existing non-root user")
-    useradd = shutil.which("useradd")
+    useradd = system_tool("useradd")
     if useradd is None:
         raise PostgresStartupError("running as root, no unprivileged user found and no useradd")
     result = subprocess.run(
@@ -257,7 +269,7 @@ def _pdeathsig_prefix() -> tuple[str, ...]:
     setpriv runs after the uid change (which would clear the setting) and execs the server, so the
     setting survives; without a setpriv that knows the option, the reaper is the only safety net.
     """
-    setpriv = shutil.which("setpriv")
+    setpriv = system_tool("setpriv")
     if setpriv is None:
         return ()
     try:
