@@ -8,17 +8,19 @@ rewrites the source text it needs, so the tests keep working while table rows ga
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from qlwf.conformance import runner
 from qlwf.conformance.diff_report import render_markdown
-from qlwf.conformance.diff_sources import Tree, base_tree
+from qlwf.conformance.diff_sources import DiffInputError, Tree, base_tree, extract_plain
 from qlwf.conformance.model_diff import Options, diff
 from qlwf.conformance.trace import load
 
@@ -293,3 +295,66 @@ def test_an_unknown_shape_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch,
     code, err = run_in_process(capsys, "--base", "HEAD", "--max-steps", "1", "--shape", "1:-", "--shape", "2:b>a",
                                "--no-proofs", "--no-oracle")
     assert code == 2 and "2:b>a" in err, err
+
+
+@pytest.mark.parametrize("stdlib_filter", [True, False], ids=["data-filter", "python-before-3.11.4"])
+def test_a_base_revision_unpacks_with_or_without_the_stdlib_extraction_filter(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, stdlib_filter: bool) -> None:
+    """The "data" extraction filter came with Python 3.11.4; Debian 12's python3 is 3.11.2, where the
+    same refusal is made by hand (decisions Q-96)."""
+    if not stdlib_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    with base_tree(repo, "HEAD") as base:
+        unpacked = base.root
+        assert (unpacked / "model" / "tables.py").read_bytes() == (repo / "model" / "tables.py").read_bytes()
+    assert not unpacked.exists()  # removed with the context
+
+
+def _archive(*members: tuple[str, bytes | None, str | None]) -> tarfile.TarFile:
+    """An in-memory tar of (name, file bytes or None, symlink target or None) members."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as out:
+        for name, content, link in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                out.addfile(info)
+            else:
+                info.size = len(content or b"")
+                out.addfile(info, io.BytesIO(content or b""))
+    data.seek(0)
+    return tarfile.open(fileobj=data)
+
+
+@pytest.mark.parametrize("stdlib_filter", [True, False], ids=["data-filter", "python-before-3.11.4"])
+@pytest.mark.parametrize("member", [("../escaped.py", b"x", None), ("model/link", None, "/etc/passwd")],
+                         ids=["dotdot", "symlink-out"])
+def test_an_archive_member_outside_the_tree_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       stdlib_filter: bool,
+                                                       member: tuple[str, bytes | None, str | None]) -> None:
+    if not stdlib_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    into = tmp_path / "into"
+    into.mkdir()
+    with _archive(("model/ok.py", b"ok", None), member) as archive, pytest.raises(DiffInputError):
+        extract_plain(archive, into)
+    assert not (tmp_path / "escaped.py").exists()
+
+
+@pytest.mark.parametrize("stdlib_filter", [True, False], ids=["data-filter", "python-before-3.11.4"])
+def test_an_absolute_member_never_lands_outside_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         stdlib_filter: bool) -> None:
+    """The stdlib filter strips the leading slash (the file lands inside); the fallback refuses it."""
+    if not stdlib_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    into = tmp_path / "into"
+    into.mkdir()
+    absolute = tmp_path / "absolute.py"  # an absolute name whose place outside `into` is ours to inspect
+    with _archive((str(absolute), b"x", None)) as archive:
+        try:
+            extract_plain(archive, into)
+        except DiffInputError:
+            assert not stdlib_filter
+        else:
+            assert stdlib_filter and (into / str(absolute).lstrip("/")).read_bytes() == b"x"
+    assert not absolute.exists()
