@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from qlwf.conformance.concurrency import concurrency_check
 from qlwf.conformance.outage import Reachability, StorageUnreachable, connection_headroom
 from qlwf.impl.postgres.server import DSN_ENV, PgServer, ThrowawayCluster
@@ -132,6 +134,40 @@ def test_a_broken_dsn_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, ca
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and DSN_ENV in lines[0] and ("malformed" in lines[0] or "unreachable" in lines[0])
     assert "s3cret" not in captured.err and "Traceback" not in captured.err and not captured.out.strip()
+
+
+@pytest.fixture(scope="module")
+def role_without_createdb(pg_server: PgServer) -> Iterator[str]:
+    """A DSN of the session's server for a login role that may not create databases."""
+    name, password = f"qlwf_plain_{os.getpid()}", "pl41n-s3cret"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        try:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOCREATEDB PASSWORD {}").format(
+                sql.Identifier(name), sql.Literal(password)))
+        except psycopg.errors.InsufficientPrivilege:  # QLWF_PG_DSN may name a role without CREATEROLE
+            pytest.skip("the server's role may not create roles")
+    try:
+        yield make_conninfo(pg_server.dsn(), user=name, password=password)
+    finally:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.mark.parametrize("argv", [["conform", "--backend", "postgres", "--traces", "1"],
+                                  ["check", "--only", "conform-postgres"],
+                                  ["replay", str(REPO / "conformance/corpus/adr0226-settled-replay.json"),
+                                   "--backend", "postgres"]])
+def test_a_role_that_may_not_create_databases_is_one_line_and_exit_2(
+        role_without_createdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str]) -> None:
+    """Every run creates a database of its own: without CREATEDB that failed deep in the backend, as a
+    traceback from `qlwf conform` (exit 1, the code of a divergence) and as a failed check in the gate."""
+    monkeypatch.setenv(DSN_ENV, role_without_createdb)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and DSN_ENV in lines[0] and "CREATEDB" in lines[0], captured.err
+    assert "pl41n-s3cret" not in captured.err and "Traceback" not in captured.err and not captured.out.strip()
 
 
 def test_a_k_above_the_connection_limit_is_refused(pg_server: PgServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,7 +22,8 @@ def one_line(error: BaseException) -> str:
 
 def check_dsn_env() -> None:
     """Raise PostgresUnavailable (one-line message, the DSN itself never echoed: it may hold a
-    password) when QLWF_PG_DSN is set but cannot be parsed or connected to; unset passes."""
+    password) when QLWF_PG_DSN is set but cannot be parsed or connected to, or its role may not create
+    the databases the runs need; unset passes."""
     dsn = os.environ.get(DSN_ENV, "").strip()
     if not dsn:
         return
@@ -32,9 +33,16 @@ def check_dsn_env() -> None:
         raise PostgresUnavailable(f"{DSN_ENV} is malformed: {_redacted(one_line(e), dsn)}") from None
     try:
         with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
-            conn.execute("SELECT 1")
+            row = conn.execute(_MAY_CREATE_DATABASES).fetchone()
     except psycopg.Error as e:
         raise PostgresUnavailable(f"{DSN_ENV} is unreachable: {_redacted(one_line(e), dsn)}") from None
+    if row is None or row[0] is not True:
+        raise PostgresUnavailable(f"{DSN_ENV}'s role may not create databases, and every run creates its own and drops "
+                                  "it afterwards: grant the role CREATEDB (or name a superuser)")
+
+
+# CREATE DATABASE needs the role's CREATEDB attribute or superuser (PostgreSQL's CREATE DATABASE page)
+_MAY_CREATE_DATABASES = "SELECT rolcreatedb OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user"
 
 
 def _redacted(message: str, dsn: str) -> str:
