@@ -84,9 +84,11 @@ def pg_server() -> Iterator[Any]:
     CI=true, where that is a failure. The server is also the one the `postgres` conformance backend uses.
     """
     from qlwf.impl.postgres.conformance import shared_server, stop_shared_server
+    from qlwf.impl.postgres.dsn import check_dsn_env
     from qlwf.impl.postgres.server import PostgresUnavailable
 
     try:
+        check_dsn_env()  # a QLWF_PG_DSN that is malformed, unreachable or without CREATEDB: one message
         server, _ = shared_server()
     except PostgresUnavailable as exc:
         _no_postgres(exc)
