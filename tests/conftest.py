@@ -56,16 +56,6 @@ def pytest_configure(config: pytest.Config) -> None:
     cli.reset_at_fork(on_sigterm)  # pool workers of tests: Pool.terminate() must end them (Q-77)
 
 
-def _no_postgres(exc: BaseException) -> None:
-    """The registry's skip policy for the postgres backend: skip with one clear message, fail under CI=true."""
-    from qlwf.conformance import backends
-
-    verdict, message = backends.get("postgres").requirement(str(exc))
-    if verdict == "fail":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _one_exploration_per_run(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Under xdist every worker's base temp lies in one directory of this run: the workers share the
@@ -86,12 +76,13 @@ def pg_server() -> Iterator[Any]:
     from qlwf.impl.postgres.conformance import shared_server, stop_shared_server
     from qlwf.impl.postgres.dsn import check_dsn_env
     from qlwf.impl.postgres.server import PostgresUnavailable
+    from support.postgres_leg import missing
 
     try:
         check_dsn_env()  # a QLWF_PG_DSN that is malformed, unreachable or without CREATEDB: one message
         server, _ = shared_server()
     except PostgresUnavailable as exc:
-        _no_postgres(exc)
+        missing(str(exc))
     yield server
     stop_shared_server()
 
@@ -101,11 +92,12 @@ def pg_durable() -> Iterator[Any]:
     """A private throwaway cluster with durability on (fsync, synchronous_commit), for the tests that
     crash, stop and restart a server; never the shared one. Skips (fails under CI) without binaries."""
     from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster
+    from support.postgres_leg import missing
 
     try:
         cluster = ThrowawayCluster(durable=True).start()
     except PostgresUnavailable as exc:
-        _no_postgres(exc)
+        missing(str(exc))
     try:
         yield cluster
     finally:

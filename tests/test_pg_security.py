@@ -25,7 +25,6 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from qlwf.conformance import backends
 from qlwf.impl.postgres.server import (
     UNAVAILABLE_MESSAGE,
     PostgresStartupError,
@@ -34,6 +33,7 @@ from qlwf.impl.postgres.server import (
     find_pg_bin,
     system_tool,
 )
+from support.postgres_leg import missing
 
 pytestmark = [
     pytest.mark.postgres,
@@ -45,23 +45,16 @@ NO_PASSFILE = "/nonexistent/qlwf-pgpass"  # no ~/.pgpass may supply a password b
 
 
 def tool(name: str) -> str:
-    """An administration or client tool the barriers are tested with. Without it the test cannot act
-    as another user: a skip with the reason, and under CI=true, which provides them, a failure (a
-    silent skip there would drop this file's evidence)."""
-    found = system_tool(name)
-    if found is None:
-        reason = f"needs {name} to act as another OS user"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: the security tests must run)")
-        pytest.skip(reason)
-    return found
+    """An administration or client tool the barriers are tested with; without it the test cannot act
+    as another user (support/postgres_leg.py: a skip, and under CI=true a failure, since a silent
+    skip there would drop this file's evidence)."""
+    return system_tool(name) or missing(f"needs {name} to act as another OS user")
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ThrowawayCluster]:
-    if find_pg_bin() is None:  # the registry's policy: skip with its message, fail under CI=true
-        verdict, message = backends.get("postgres").requirement(UNAVAILABLE_MESSAGE)
-        (pytest.fail if verdict == "fail" else pytest.skip)(message)
+    if find_pg_bin() is None:
+        missing(UNAVAILABLE_MESSAGE)
     with ThrowawayCluster() as started:
         yield started
 
