@@ -70,7 +70,8 @@ def register(subparsers: Any) -> None:
 def _driver_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--driver", metavar="CMD", default=None,
                         help="with --backend exec: the driver command line (qlwf-backend@1 over stdin/stdout, "
-                             "docs/protocol.md), e.g. \"python -m qlwf.impl.sqlite.driver\"")
+                             "docs/protocol.md), e.g. \"python -m qlwf.impl.sqlite.driver\"; split into words as a "
+                             "POSIX shell would (quote a path with spaces), but no shell runs it")
     parser.add_argument("--driver-timeout", type=seconds_up_to(3600), default=None, metavar="SECONDS",
                         help="with an exec backend: seconds each driver response may take (default: 10)")
 

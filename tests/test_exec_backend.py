@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -160,7 +161,7 @@ def test_cli_reports_the_store_bug_like_a_built_in_backend(capsys: pytest.Captur
     path = REPO / "conformance" / "corpus" / "adr0227-worker-protocol.json"
     expected = _first_step(_corpus("adr0227-worker-protocol"), _succeeded_attempt)
     code = cli.main(["replay", str(path), "--backend", "exec", "--driver",
-                     " ".join([*BROKEN, "wrong-terminal-status"])])
+                     shlex.join([*BROKEN, "wrong-terminal-status"])])
     out = capsys.readouterr().out
     assert code == 1
     assert f"at step {expected}: state" in out and "complete_attempt(" in out
@@ -184,7 +185,7 @@ TIMEOUT = 2.0
 def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem: str, detail: str,
                                                               capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     started = time.monotonic()
-    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, bug]), "--corpus",
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, bug]), "--corpus",
                      "--traces", "3", "--driver-timeout", str(TIMEOUT)])
     elapsed = time.monotonic() - started
     out = capsys.readouterr().out
@@ -201,14 +202,29 @@ def test_a_driver_breaking_the_protocol_mid_trace_is_reported(bug: str, problem:
 def test_a_slow_start_is_not_a_timeout(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     """hello answers after the driver's start-up: it gets the start-up allowance, later requests the timeout."""
     late = int(TIMEOUT) + 2
-    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, f"slow-start:{late}"]),
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, f"slow-start:{late}"]),
                      "--traces", "1", "--driver-timeout", str(TIMEOUT)])
     out = capsys.readouterr().out
     assert code == 0 and "PASS" in out, out
 
 
+def test_a_driver_command_is_split_as_a_shell_would(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    reaped: None) -> None:
+    """A driver under a directory with a space and a non-ASCII letter, given one argument with spaces:
+    quoted as in a POSIX shell, each word reaches the driver whole (decisions Q-99)."""
+    home = tmp_path / "a checkout ü"
+    home.mkdir()
+    driver = home / "driver.py"
+    driver.write_bytes((REPO / "tests" / "support" / "broken_driver.py").read_bytes())
+    command = shlex.join([sys.executable, str(driver), "slow-start:0", "one argument, three spaces"])
+    code = cli.main(["conform", "--backend", "exec", "--driver", command, "--traces", "1",
+                     "--driver-timeout", str(TIMEOUT)])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out, out
+
+
 def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
-    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "garbage-at:1"]), "--traces",
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, "garbage-at:1"]), "--traces",
                      "2", "--json"])
     report = json.loads(capsys.readouterr().out.splitlines()[0])
     assert code == 1 and report["passed"] is False and report["driverFailure"]["problem"] == "not_json"
@@ -217,7 +233,7 @@ def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], re
 
 def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.CaptureFixture[str],
                                                            reaped: None) -> None:
-    code = cli.main(["conform", "--backend", "exec", "--driver", " ".join([*BROKEN, "early"]), "--traces", "1",
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, "early"]), "--traces", "1",
                      "--driver-timeout", str(TIMEOUT)])
     out = capsys.readouterr().out
     assert code == 1 and "PASS" not in out
@@ -257,7 +273,8 @@ def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
 
 def test_a_driver_that_cannot_start_is_reported(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     script = "import sys; sys.stderr.write('no such store'); sys.exit(4)"
-    code = cli.main(["conform", "--backend", "exec", "--driver", f'{sys.executable} -c "{script}"', "--traces", "1"])
+    driver = shlex.join([sys.executable, "-c", script])
+    code = cli.main(["conform", "--backend", "exec", "--driver", driver, "--traces", "1"])
     out = capsys.readouterr().out
     assert code == 1 and "driver exited" in out and "exit status 4" in out and "no such store" in out
 
@@ -281,7 +298,7 @@ def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jo
     the signal arrive while the harness waits for a response."""
     marker = f"qlwf-exec-test-{os.getpid()}-{bug}-{jobs}"  # an extra argument, to find the driver by
     proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
-                             " ".join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
+                             shlex.join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
                              "--driver-timeout", "60"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
@@ -319,7 +336,7 @@ def test_an_interrupt_between_an_answer_and_its_record_is_not_blamed_on_the_driv
         return record_key(kind, record)
 
     monkeypatch.setattr(exec_port, "record_key", interrupted_at)
-    with exec_port.driver_configured("exec", " ".join(SQLITE_DRIVER), None), pytest.raises(KeyboardInterrupt):
+    with exec_port.driver_configured("exec", shlex.join(SQLITE_DRIVER), None), pytest.raises(KeyboardInterrupt):
         runner.run_traces("exec", [_corpus("adr0227-worker-protocol")])
     assert calls == at
 
