@@ -297,22 +297,22 @@ def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jo
     pool workers (they die at once; their drivers get SIGTERM as their parent dies). `hang-at` has
     the signal arrive while the harness waits for a response."""
     marker = f"qlwf-exec-test-{os.getpid()}-{bug}-{jobs}"  # an extra argument, to find the driver by
-    proc = subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
-                             shlex.join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
-                             "--driver-timeout", "60"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 30
-        while len(_processes_with(marker)) < int(jobs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_with(marker), "the driver did not start"
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 128 + signal.SIGTERM
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
+                           shlex.join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
+                           "--driver-timeout", "60"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path) as proc:
+        try:
+            deadline = time.monotonic() + 30
+            while len(_processes_with(marker)) < int(jobs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _processes_with(marker), "the driver did not start"
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 128 + signal.SIGTERM
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     deadline = time.monotonic() + (5 if jobs != "1" else 0)  # qlwf reaps its own driver before it exits
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -360,19 +360,19 @@ def _start_with_sigint_deliverable(argv: list[str]) -> subprocess.Popen[bytes]:
 def test_a_reference_driver_stopped_by_a_signal_says_so_in_one_line(sig: signal.Signals, status: int) -> None:
     """The harness ends a driver with SIGTERM and then quotes its stderr tail: a traceback there read
     as a crash of the driver. Now one line says what stopped it, and the exit status is the signal's."""
-    proc = _start_with_sigint_deliverable(SQLITE_DRIVER)
-    try:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        proc.stdin.write(b'{"id":1,"type":"hello","protocol":"qlwf-backend@1"}\n')
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["type"] == "hello"  # serving: the handler is in place
-        proc.send_signal(sig)
-        assert proc.wait(30) == status
-        assert proc.stderr.read().decode() == f"qlwf-sqlite driver: stopped by {sig.name}\n"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with _start_with_sigint_deliverable(SQLITE_DRIVER) as proc:  # closes the pipes on the way out
+        try:
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            proc.stdin.write(b'{"id":1,"type":"hello","protocol":"qlwf-backend@1"}\n')
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["type"] == "hello"  # serving: the handler is in place
+            proc.send_signal(sig)
+            assert proc.wait(30) == status
+            assert proc.stderr.read().decode() == f"qlwf-sqlite driver: stopped by {sig.name}\n"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
 
 
 def test_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

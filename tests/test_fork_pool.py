@@ -158,14 +158,14 @@ def test_workers_of_a_killed_parent_exit_on_their_own() -> None:
         "time.sleep(120)\n"
     )
     root = Path(__file__).resolve().parents[1]
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
-    try:
-        assert parent.stdout is not None
-        pids = [int(p) for p in parent.stdout.readline().split()]
-        assert len(pids) == 3 and all(_alive(p) for p in pids)
-    finally:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root) as parent:
+        try:
+            assert parent.stdout is not None
+            pids = [int(p) for p in parent.stdout.readline().split()]
+            assert len(pids) == 3 and all(_alive(p) for p in pids)
+        finally:
+            parent.send_signal(signal.SIGKILL)
+            parent.wait()
     deadline = time.monotonic() + 30
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
