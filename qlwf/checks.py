@@ -187,9 +187,9 @@ def _concurrency_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
 
 
 def _backend_check(backend: str, entry: Any) -> Callable[[dict[str, Any]], Evidence]:
-    """The gate's run function of one GateEntry. Storage the backend cannot get here is no evidence
-    (unknown; `--skip LEG` leaves the leg out on purpose), and under CI=true the message says that
-    the machine must provide it."""
+    """The gate's run function of one GateEntry. Storage the backend cannot get or start here is no
+    evidence (unknown; `--skip LEG` leaves the leg out on purpose); for storage that is not there at
+    all, under CI=true, the message says that the machine must provide it."""
     from qlwf.conformance import backends
 
     def run(opts: dict[str, Any]) -> Evidence:
@@ -205,6 +205,8 @@ def _backend_check(backend: str, entry: Any) -> Callable[[dict[str, Any]], Evide
                 return _concurrency_kind(backend, params)
         except backends.BackendUnavailable as e:
             raise NoEvidence(spec.requirement(f"{spec.name} leg cannot run: {e}")[1]) from e
+        except backends.BackendMisconfigured as e:  # e.g. a throwaway cluster that will not start: no
+            raise NoEvidence(f"{spec.name} leg cannot run: {e}") from e  # implementation ran (Q-101)
 
     run.__doc__ = entry.description
     return run

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
-from qlwf.campaign.run import CampaignConfig, CampaignUsageError, campaign
+from qlwf.campaign.run import CampaignConfig, campaign
 from qlwf.campaign.shards import KINDS, Budget
 
 DEFAULT_OUT = "reports/campaign"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         code, _ = campaign(cfg, executor)
-    except (ClusterUnavailable, CampaignUsageError) as e:
+    except ClusterUnavailable as e:
         print(f"qlwf campaign: {e}", file=sys.stderr)
         return 2
     return code

@@ -1,13 +1,17 @@
 """Outages produce a verdict: a server that stays away stops the concurrency run after the
 reconnection window with "storage unreachable" (exit 3), one that comes back is reported and the
-run is still judged; a malformed or unreachable QLWF_PG_DSN is one line and exit 2; a K the server
-cannot serve is refused up front."""
+run is still judged; a malformed or unreachable QLWF_PG_DSN is one line and exit 2; a throwaway
+cluster that will not start leaves the gate's PostgreSQL checks unknown; a K the server cannot
+serve is refused up front."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +23,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from qlwf.conformance.concurrency import concurrency_check
 from qlwf.conformance.outage import Reachability, StorageUnreachable, connection_headroom
-from qlwf.impl.postgres.server import DSN_ENV, PgServer, ThrowawayCluster
+from qlwf.impl.postgres.server import BIN_ENV, DSN_ENV, PgServer, PostgresStartupError, ThrowawayCluster
 
 from qlwf.cli import main
 
@@ -168,6 +172,70 @@ def test_a_role_that_may_not_create_databases_is_one_line_and_exit_2(
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and DSN_ENV in lines[0] and "CREATEDB" in lines[0], captured.err
     assert "pl41n-s3cret" not in captured.err and "Traceback" not in captured.err and not captured.out.strip()
+
+
+FULL_DISK = 'FATAL:  could not write to file "base/4/3603_vm": No space left on device'
+
+
+@pytest.fixture()
+def full_disk_bin() -> Iterator[Path]:
+    """Server binaries whose initdb fails as on a full disk, after the page of progress it prints first.
+    In a directory of its own under the temp dir, readable by all: as root, the cluster's tools run as
+    an unprivileged user, who cannot enter pytest's private tmp_path."""
+    directory = Path(tempfile.mkdtemp(prefix="qlwf-full-disk-"))
+    try:
+        directory.chmod(0o755)
+        scripts = {"initdb": ("echo 'The files belonging to this database system will be owned by user \"postgres\".'\n"
+                              "echo 'creating subdirectories ... ok'\n"
+                              f"echo 'performing post-bootstrap initialization ... {FULL_DISK}'\n"
+                              "echo 'child process exited with exit code 1'\nexit 1\n"),
+                   "pg_ctl": "exit 1\n", "postgres": "exit 1\n"}
+        for name, body in scripts.items():
+            (directory / name).write_text("#!/bin/sh\n" + body)
+            (directory / name).chmod(0o755)
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_an_initdb_that_fails_is_one_line_naming_its_error(full_disk_bin: Path) -> None:
+    cluster = ThrowawayCluster(bin_dir=full_disk_bin)
+    with pytest.raises(PostgresStartupError) as info:
+        cluster.start()
+    message = str(info.value)
+    assert message.startswith("initdb failed (exit 1) in ") and "\n" not in message
+    assert message.endswith(" ".join(FULL_DISK.split())) and "The files belonging" not in message
+    where = Path(message.split(" in ", 1)[1].split(": ", 1)[0])
+    assert where.name and not where.exists()  # the cluster's directory is removed on the way out
+
+
+def test_a_cluster_that_will_not_start_leaves_the_gate_unknown(full_disk_bin: Path, tmp_path: Path) -> None:
+    """No implementation ran, so there is no evidence either way (decisions Q-101): unknown, exit 3, one
+    reason per check, never a failed check with a traceback (which blamed the implementation before)."""
+    env = {k: v for k, v in os.environ.items() if k not in (DSN_ENV, "CI")} | {BIN_ENV: str(full_disk_bin)}
+    report = tmp_path / "gate.json"
+    done = subprocess.run([sys.executable, "-m", "qlwf.cli", "check", "--only", "conform-postgres", "--only",
+                           "faults-postgres", "--jobs", "1", "--json", str(report)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    results = json.loads(report.read_text())["checks"]
+    assert [(r["name"], r["status"]) for r in results] == [("conform-postgres", "unknown"),
+                                                          ("faults-postgres", "unknown")]
+    for r in results:
+        assert r["summary"].startswith("postgres leg cannot run: initdb failed (exit 1)")
+        assert "No space left on device" in r["summary"]
+    assert "Traceback" not in done.stdout + done.stderr
+    conform = subprocess.run([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "postgres", "--traces", "1"],
+                             capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert conform.returncode == 2 and conform.stderr.count("\n") == 1 and "No space left" in conform.stderr
+    out = tmp_path / "campaign"
+    campaign = subprocess.run([sys.executable, "-m", "qlwf.cli", "campaign", "--minutes", "1", "--kinds",
+                               "oracle,conform-postgres", "--max-shards", "1", "--oracle-lines", "50",
+                               "--out", str(out)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert campaign.returncode == 3, campaign.stdout + campaign.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"] == "unknown" and summary["kinds"]["conform-postgres"]["status"] == "skipped"
+    assert "No space left on device" in json.dumps(summary) and "Traceback" not in campaign.stderr
 
 
 def test_a_k_above_the_connection_limit_is_refused(pg_server: PgServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -327,6 +327,18 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(server log is empty)"
 
 
+_PROBLEM_MARKS = ("FATAL:", "PANIC:", "ERROR:", "error:")
+
+
+def _problem(output: str | None) -> str:
+    """What a failed server tool said went wrong, on one line: its error lines (initdb prints a page of
+    progress before the one that matters, e.g. `FATAL: could not write to file ...: No space left on
+    device`), else its last three lines."""
+    lines = [" ".join(line.split()) for line in (output or "").splitlines() if line.strip()]
+    picked = [line for line in lines if any(mark in line for mark in _PROBLEM_MARKS)] or lines[-3:]
+    return " / ".join(picked) or "(no output)"
+
+
 def _clean_env(user: pwd.struct_passwd | None = None) -> dict[str, str]:
     """Child env without PG* variables (PGPORT/PGDATA would silently redirect the server)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -739,7 +751,8 @@ class ThrowawayCluster:
         finally:
             pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
-            raise PostgresStartupError(f"initdb failed (exit {result.returncode}):\n{result.stdout}")
+            raise PostgresStartupError(f"initdb failed (exit {result.returncode}) in {self.base_dir}: "
+                                       f"{_problem(result.stdout)}")
 
     def _configure(self) -> None:
         settings = {
@@ -830,7 +843,7 @@ class ThrowawayCluster:
             raise RuntimeError("cluster not started")
         result = self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"], timeout=60)
         if result.returncode != 0:
-            raise PostgresStartupError(f"pg_ctl stop -m {mode} failed: {(result.stdout or '').strip()}")
+            raise PostgresStartupError(f"pg_ctl stop -m {mode} failed: {_problem(result.stdout)}")
         if self._proc is not None:  # our child: reap it
             self._proc.wait(_STOP_TIMEOUT_S)
             self._proc = None
