@@ -7,6 +7,7 @@ itself: the sequences it moved, the row it edited), not what the audit happens t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import sqlite3
@@ -140,7 +141,7 @@ class SqliteStore(Store):
         return f'"{name}"'
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.path) as conn:
+        with contextlib.closing(sqlite3.connect(self.path)) as conn:  # `with connect()` alone does not close
             return conn.execute(sql, params).fetchall()
 
     def write(self, statements: list[tuple[str, tuple[Any, ...]]], *, bypass_checks_on: str | None = None) -> None:
@@ -383,7 +384,7 @@ def test_bad_sqlite_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
     garbage.write_bytes(b"not a database at all, just text" * 64)
     assert "not a database" in one_line_exit_2(["audit", "--sqlite", str(garbage)], capsys)
     other = tmp_path / "other.db"
-    with sqlite3.connect(other) as conn:
+    with contextlib.closing(sqlite3.connect(other, isolation_level=None)) as conn:
         conn.execute("CREATE TABLE t (x)")
     assert "not a qlwf/ql3" in one_line_exit_2(["audit", "--sqlite", str(other)], capsys)
 

@@ -8,6 +8,7 @@ code and reason). The expected reasons are the spec's (commands.md §2.4), writt
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,17 @@ def test_impl_calls_the_models_checks_and_defines_none_of_its_own() -> None:
         assert not defined & set(SHARED), f"{path} redefines {defined & set(SHARED)}"
 
 
-def _setup() -> tuple[State, SqliteAdapter, str]:
+@pytest.fixture()
+def claimed() -> Iterator[tuple[State, SqliteAdapter, str]]:
     """One claimed, leased attempt in the model and in a SQLite store, by the same commands."""
     port = SqliteAdapter(":memory:", FixedClock())
+    try:
+        yield _claim(port)
+    finally:
+        port.close()
+
+
+def _claim(port: SqliteAdapter) -> tuple[State, SqliteAdapter, str]:
     plan = plans.make_plan(RUN, "plan-integrity", {"a": [], "b": ["a"]}, T0)
     steps: list[tuple[str, dict[str, Any], int]] = [("admit_workflow", {"plan": plan}, T0),
                                                      ("advance_frontier", {"runId": RUN}, T0)]
@@ -79,9 +88,9 @@ def _key(kind: str, state: State, attempt_id: str) -> str:
 
 
 @pytest.mark.parametrize(("kind", "patch", "reason"), CORRUPTIONS, ids=lambda v: str(v))
-def test_a_corrupted_record_gets_the_same_verdict_through_both_paths(kind: str, patch: dict[str, Any],
-                                                                    reason: str) -> None:
-    state, port, attempt_id = _setup()
+def test_a_corrupted_record_gets_the_same_verdict_through_both_paths(
+        kind: str, patch: dict[str, Any], reason: str, claimed: tuple[State, SqliteAdapter, str]) -> None:
+    state, port, attempt_id = claimed
     key = [_key(kind, state, attempt_id)]
     state = corrupt_state(state, kind, key, patch)
     port.corrupt(kind, key, patch)
@@ -101,8 +110,9 @@ def test_a_corrupted_record_gets_the_same_verdict_through_both_paths(kind: str, 
     assert next(v for v in verdicts if v is not None).reason == reason
 
 
-def test_a_clock_before_the_lease_update_is_the_same_regression_through_both_paths() -> None:
-    state, port, attempt_id = _setup()
+def test_a_clock_before_the_lease_update_is_the_same_regression_through_both_paths(
+        claimed: tuple[State, SqliteAdapter, str]) -> None:
+    state, port, attempt_id = claimed
     renew = {"attemptId": attempt_id, "workerId": "w1", "leaseGeneration": 1, "durationMs": 30_000}
     state = state.with_clock(T0 + 1)  # before the claim's lease update at T0 + 2
     model = apply(state, {"name": "renew_lease", "args": renew}, T0 + 1)

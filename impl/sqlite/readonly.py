@@ -30,9 +30,13 @@ def open_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     uri = f"file:{urllib.parse.quote(os.path.abspath(target))}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as e:
+        raise UnreadableDatabase(f"{target}: {e}") from e
+    try:
         conn.execute("PRAGMA query_only = ON")
         names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as e:
+    except sqlite3.Error as e:  # e.g. "file is not a database": known only at the first read
+        conn.close()
         raise UnreadableDatabase(f"{target}: {e}") from e
     missing = sorted(REQUIRED_TABLES - names)
     if missing:
