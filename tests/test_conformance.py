@@ -385,4 +385,5 @@ def test_sqlite_errors_are_not_leaked_by_the_runner(tmp_path: Path) -> None:
     finally:
         backends.unregister("sqlite-file")
     assert summary.passed
-    assert sqlite3.connect(db).execute('SELECT count(*) FROM "Runs"').fetchone()[0] == 1
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute('SELECT count(*) FROM "Runs"').fetchone()[0] == 1
