@@ -310,6 +310,17 @@ def test_single_command_rejects_non_strict_json_with_exit_2(raw: str) -> None:
     assert out.stderr.count("\n") == 1 and "QLWF_ORACLE_REQUEST_INVALID json_invalid" in out.stderr
 
 
+def test_a_byte_order_mark_is_refused_by_name(tmp_path: Path) -> None:
+    """An editor may save a snapshot with a BOM; the refusal says so instead of "Expecting value"."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (EXAMPLES / "frontier-diamond-root-succeeded.json").read_bytes())
+    out = qlwf("oracle", "frontier", str(path))
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.count("\n") == 1 and "json_invalid: input starts with a byte order mark" in out.stderr
+    batch = qlwf("oracle", "batch", stdin='\ufeff{"fn": "frontier", "input": {}}\n')
+    assert "byte order mark" in json.loads(batch.stdout)["error"]["message"]
+
+
 def test_single_command_rejects_invalid_utf8_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "latin1.json"
     path.write_bytes(recover_text('"caf\\u00e9"', request=False).replace("\\u00e9", "é").encode("latin-1"))
