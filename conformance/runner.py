@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from .fork_pool import ForkPool
 from .generators import GeneratorConfig, generate
 from .lockstep import Divergence, LockstepResult, load_invariant_check, run_lockstep
 from .render import trace_dir
-from .trace import Trace, load, save
+from .trace import Trace, TraceFormatError, load, save
 
 CORPUS_DIR = Path(__file__).with_name("corpus")
 
@@ -213,8 +214,13 @@ def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, o
 
 
 def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariants: bool = True) -> int:
-    """`qlwf replay`: one trace file in lockstep against `backend`, checking its recorded expectations."""
-    trace = load(path)
+    """`qlwf replay`: one trace file in lockstep against `backend`, checking its recorded expectations.
+    A file that is not a readable trace is bad input: one line on stderr and exit 2, never a divergence."""
+    try:
+        trace = load(path)
+    except TraceFormatError as e:
+        print(f"qlwf replay: {path}: {e}", file=sys.stderr)
+        return 2
     summary = run_traces(backend, [trace], invariants=invariants)
     result = summary.results[0]
     if result.divergence is not None:

@@ -35,7 +35,7 @@ from typing import Any
 from qlwf.model.canonical import canonical_json
 from qlwf.model.records import KIND_KEYS  # the key of every record kind (commands.md §1.3)
 from qlwf.model.state import State
-from qlwf.model.system import Outcome, advance_time, apply
+from qlwf.model.system import COMMANDS, Outcome, advance_time, apply
 
 from .drift_mirror import corrupt_state
 
@@ -113,6 +113,8 @@ def validate_step(step: Any, index: int) -> None:
     extra = sorted(set(step) - {"op", *required, *EXPECTATION_KEYS})
     if extra:
         raise TraceFormatError(f"step {index} ({op}): unexpected keys {extra}")
+    if op == "command" and (type(step["name"]) is not str or step["name"] not in COMMANDS):
+        raise TraceFormatError(f"step {index}: {step['name']!r} is not a command (commands.md: {', '.join(COMMANDS)})")
     if op == "advance_time" and (type(step["deltaMs"]) is not int or step["deltaMs"] < 0):
         raise TraceFormatError(f"step {index}: deltaMs must be an int >= 0")
     if "atMs" in step and (type(step["atMs"]) is not int or step["atMs"] < 0):
@@ -140,9 +142,25 @@ def from_json(obj: Any, name: str = "") -> Trace:
     return Trace(str(obj.get("description", "")), clock, list(obj["steps"]), name, form)
 
 
+def read_json_file(path: str | Path) -> Any:
+    """The JSON value of a trace file; TraceFormatError (one line) if it cannot be read or is not strict
+    JSON (NaN and the infinities are not; nor is a nesting deeper than the decoder's recursion limit)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceFormatError(f"unreadable: {e}") from e
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as e:
+        raise TraceFormatError(f"not JSON: {e}") from e
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
 def load(path: str | Path) -> Trace:
-    p = Path(path)
-    return from_json(json.loads(p.read_text(encoding="utf-8")), p.stem)
+    return from_json(read_json_file(path), Path(path).stem)
 
 
 def dumps(trace: Trace) -> str:

@@ -21,7 +21,15 @@ from qlwf.model.state import State
 
 from .diff import RecordDiff, snapshot_diff, value_diff
 from .protocol_schema import document_problems
-from .trace import Snapshot, TraceFormatError, expectations, first_difference, from_json, model_step
+from .trace import (
+    Snapshot,
+    TraceFormatError,
+    expectations,
+    first_difference,
+    from_json,
+    model_step,
+    read_json_file,
+)
 
 Record = dict[str, Any]
 MAX_SCHEMA_PROBLEMS = 10
@@ -177,16 +185,8 @@ def _short_text(text: str, limit: int = 240) -> str:
 
 def check_file(path: str | Path) -> CheckResult:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return CheckResult(str(path), "invalid", problems=[f"unreadable: {e}"])
-    try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as e:
-        return CheckResult(str(path), "invalid", problems=[f"not JSON: {e}"])
+        doc = read_json_file(path)
+    except TraceFormatError as e:
+        return CheckResult(str(path), "invalid", problems=[str(e)])
     return check_document(doc, str(path))
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (RFC 8259)")
 

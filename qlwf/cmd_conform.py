@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")
     replay.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     replay.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation")
-    replay.epilog = "exit codes: 0 passed; 1 diverged; 2 bad usage or PostgreSQL unavailable or misconfigured"
+    replay.epilog = ("exit codes: 0 passed; 1 diverged; 2 bad usage, a file that is not a readable trace, or "
+                     "PostgreSQL unavailable or misconfigured")
     _driver_options(replay)
     replay.set_defaults(func=_replay)
 
