@@ -389,6 +389,22 @@ def test_bad_sqlite_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
     assert "not a qlwf/ql3" in one_line_exit_2(["audit", "--sqlite", str(other)], capsys)
 
 
+def test_a_record_nested_past_the_decoders_limit_is_unreadable_not_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A StepRun's JSON mirror nested 100,000 deep (decisions Q-104): before, a RecursionError traceback."""
+    path = tmp_path / "deep.db"
+    port = SqliteAdapter(str(path))
+    try:
+        port.execute("admit_workflow", {"plan": plans.make_plan("run-1", "plan-1", {"a": []}, 1_000_000)},
+                     now=1_000_000)
+    finally:
+        port.close()
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute('UPDATE "StepRuns" SET step_run_json = ?', ("[" * 100_000 + "]" * 100_000,))
+    assert "not a readable qlwf/ql3 SQLite database" in one_line_exit_2(["audit", "--sqlite", str(path)], capsys)
+
+
 def test_malformed_dsn_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "malformed DSN" in one_line_exit_2(["audit", "--pg", "dbname='unterminated"], capsys)
     assert "cannot connect" in one_line_exit_2(["audit", "--pg", "host=127.0.0.1 port=1 dbname=x"], capsys)

@@ -56,7 +56,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
             return snap
         finally:
             conn.execute("ROLLBACK")
-    except (sqlite3.Error, ValueError) as e:  # missing columns or tables, malformed JSON text
+    except (sqlite3.Error, ValueError, RecursionError) as e:  # missing columns or tables, malformed JSON text
         raise UnreadableDatabase(f"{os.fspath(path)}: not a readable qlwf/ql3 SQLite database: {e}") from e
     finally:
         conn.close()
