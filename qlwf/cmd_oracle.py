@@ -243,11 +243,11 @@ def _reference_parse(text: str) -> tuple[Any, bool]:
             floats.append(literal)
             return _finite_float(literal)
 
-        decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                                   parse_float=parse_float, parse_int=_bounded_int)
         if text.startswith("\ufeff"):  # the decoder's own word for it would be "Expecting value"
             raise _json_invalid("input starts with a byte order mark (U+FEFF), which strict JSON text does not "
                                 "have (RFC 8259 §8.1): save the file as UTF-8 without a BOM")
+        decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                                   parse_float=parse_float, parse_int=_bounded_int)
         try:
             value = decoder.decode(text)
         except (ValueError, RecursionError) as e:
