@@ -3,6 +3,7 @@ a planted fault found, stopped on and written as a trace that replays to the sam
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -20,7 +21,7 @@ from qlwf.conformance.mutants.manifest import by_name
 from qlwf.conformance.trace import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
-from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, summarize
+from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, report, summarize
 from qlwf.campaign.shards import (
     KINDS,
     Budget,
@@ -226,21 +227,34 @@ def test_two_workers_find_the_same_as_one(planted_by_one_worker: tuple[Path, dic
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
-        import dask.distributed as distributed
+        import dask.distributed  # noqa: F401  (whether it imports)
     except ImportError:
         missing = "dask[distributed] is not installed: pip install -e '.[cluster]' (qlwfw installs it)"
         if os.environ.get("CI") == "true":  # CI installs the extra: a skip there would hide the Dask path
             pytest.fail(missing)
         pytest.skip(missing)
-    import dask
+    with local_cluster(tmp_path_factory.mktemp("dask"), n_workers=2) as cluster:
+        yield cluster.scheduler_address
 
-    # Its scratch space under the session's temporary directory: Dask's default, /tmp/dask-scratch-space,
-    # would outlive the session (its lock files stay).
-    with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask"))}):
-        cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                                           host="127.0.0.1")
+
+@contextlib.contextmanager
+def local_cluster(scratch: Path, n_workers: int, **config: Any) -> Iterator[Any]:
+    """A LocalCluster of `n_workers` one-thread worker processes on the loopback interface.
+
+    Its scratch space in `scratch`: Dask's default, /tmp/dask-scratch-space, would outlive the session (its
+    lock files stay). Its scheduler's HTTP server (health and metrics routes, there even without a
+    dashboard) on a free loopback port: by default it binds every interface at 8787, and when another
+    process holds that port Dask moves elsewhere but leaks the socket it tried, which this suite's
+    warnings-as-errors turns into an error of the test (decisions Q-106)."""
+    import dask
+    import dask.distributed as distributed
+
+    with dask.config.set({"temporary-directory": str(scratch), **config}):
+        cluster = distributed.LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1,
+                                           host="127.0.0.1", dashboard_address=None,
+                                           scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
         try:
-            yield cluster.scheduler_address
+            yield cluster
         finally:
             cluster.close()
 
@@ -326,6 +340,111 @@ def test_the_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_an_unreachable_scheduler_is_one_clear_error() -> None:
     with pytest.raises(ClusterUnavailable, match=r"[Dd]ask"):
         DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)
+
+
+def test_a_malformed_scheduler_address_is_refused_before_a_client_exists() -> None:
+    # Before Q-105: a ValueError traceback with exit 1 (the code of a counterexample), then a 20 s wait
+    # while the half-built Client was collected.
+    for address in ("not an address", "", "foo://127.0.0.1:8786", "tcp://127.0.0.1"):
+        with pytest.raises(ClusterUnavailable, match="not a Dask scheduler address"):
+            DaskExecutor(address, timeout_s=1)
+
+
+def test_the_cli_says_a_malformed_scheduler_address_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "qlwf.cli", "campaign", "--minutes", "1", "--seed", "1", "--scheduler",
+                           "not an address", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[1:] == [
+        "qlwf campaign: not a Dask scheduler address: 'not an address': missing port number in address "
+        "'not an address'"]
+    assert not (tmp_path / "out").exists()
+
+
+class Failing(ScriptedExecutor):
+    """Shards in `errors` end with that error text (the same text for several: one cause)."""
+
+    def __init__(self, workers: int, errors: dict[int, str]) -> None:
+        super().__init__(workers, set())
+        self.errors = errors
+
+    def result(self, shard: Shard) -> ShardResult:
+        r = super().result(shard)
+        r.error = self.errors.get(shard.index)
+        return r
+
+
+def test_shards_failing_alike_are_one_reason(tmp_path: Path) -> None:
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=6)
+    legs = Legs(cfg.kinds, {})
+    down = "OperationalError: connection refused"
+    executor = Failing(2, {1: "ValueError: once", 2: down, 3: down, 5: down})
+    summary = summarize(cfg, legs, drive(cfg, legs, executor), executor.where, 2)
+    assert summary["verdict"] == "unknown"
+    assert summary["reasons"] == ["oracle#1: ValueError: once", f"3 shards, oracle#2 … oracle#5: {down}"]
+    assert [e["shard"] for e in summary["errors"]] == ["oracle#1", "oracle#2", "oracle#3", "oracle#5"]
+    report(summary, tmp_path / "summary.json", out := io.StringIO())
+    assert f"  ERROR 3 shards, oracle#2 … oracle#5: {down}" in out.getvalue().splitlines()
+
+
+def test_a_pool_worker_killed_under_a_shard_loses_that_shard_not_the_campaign(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's OOM killer or an operator's SIGKILL: before Q-105 the campaign ended in a WorkerDied
+    traceback with exit 1 and wrote no summary."""
+    import qlwf.campaign.executors as executors
+
+    def killed_on_the_second(shard: Shard) -> ShardResult:
+        if shard.index == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run_shard(shard)
+
+    monkeypatch.setattr(executors, "run_shard", killed_on_the_second)  # the pool's workers fork from here
+    cfg = CampaignConfig(minutes=5, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=4)
+    code, summary = campaign(cfg, lambda: PoolExecutor(2), out=io.StringIO())
+    assert code == 3 and summary["verdict"] == "unknown" and summary["stopped"] == "max-shards"
+    assert [s["name"] for s in summary["shards"]["list"]] == ["oracle#0", "oracle#1", "oracle#2", "oracle#3"]
+    (lost,) = summary["errors"]
+    assert lost["shard"] == "oracle#1"
+    assert lost["error"].startswith("lost: WorkerDied: the worker (pid ") and "exit code -9" in lost["error"]
+    assert [s["examples"] for s in summary["shards"]["list"]] == [200, 0, 200, 200]
+    assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == summary
+
+
+@pytest.fixture
+def fragile_dask_cluster(dask_cluster: str, tmp_path: Path) -> Iterator[Any]:
+    """A cluster of one worker of its own, which this test may kill: no retries of a task whose worker dies.
+    (Depends on dask_cluster only for its check that Dask is installed.)"""
+    with local_cluster(tmp_path, n_workers=1, **{"distributed.scheduler.allowed-failures": 0}) as cluster:
+        yield cluster
+
+
+def test_dask_losing_a_worker_or_the_scheduler_loses_shards_not_the_campaign(
+        fragile_dask_cluster: Any, tmp_path: Path) -> None:
+    """Before Q-105 both ended the campaign in a traceback (KilledWorker, FutureCancelledError) with exit 1
+    and no summary."""
+    cluster = fragile_dask_cluster
+
+    class Killing(DaskExecutor):
+        """Shard 1's task kills its worker; shard 3's closes the cluster under the campaign."""
+
+        def submit(self, shard: Shard) -> Any:
+            if shard.index == 1:
+                return self._client.submit(os._exit, 9, pure=False)
+            if shard.index == 3:
+                cluster.close()
+            return super().submit(shard)
+
+    cfg = CampaignConfig(minutes=5, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=6,
+                         on_cluster=True)
+    executor = Killing(cluster.scheduler_address)
+    assert executor.workers == 1
+    code, summary = campaign(cfg, lambda: executor, out=io.StringIO())
+    assert code == 3 and summary["verdict"] == "unknown" and summary["stopped"] == "executor-lost"
+    errors = {e["shard"]: e["error"] for e in summary["errors"]}
+    assert errors["oracle#1"].startswith("lost: KilledWorker: ")
+    assert errors["oracle#3"].startswith("lost: FutureCancelledError: ")  # no scheduler left to run it
+    assert [s["name"] for s in summary["shards"]["list"]] == ["oracle#0", "oracle#1", "oracle#2", "oracle#3"]
+    assert summary["shards"]["list"][0]["examples"] == summary["shards"]["list"][2]["examples"] == 200
 
 
 @pytest.mark.postgres

@@ -14,11 +14,22 @@ from typing import Any, Protocol
 
 from qlwf.conformance.fork_pool import ForkPool, Outcome
 
-from .shards import Shard, ShardResult, run_shard
+from .shards import Shard, ShardResult, error_line, run_shard
 
 
 class ClusterUnavailable(Exception):
-    """--scheduler given, but dask.distributed is not installed or the scheduler does not answer."""
+    """--scheduler given, but dask.distributed is not installed, the address is not one, or the
+    scheduler does not answer."""
+
+
+class ShardLost(Exception):
+    """The executor lost a shard: its worker died (the kernel's OOM killer, a SIGKILL), the cluster
+    gave up on it, or the connection to the cluster went. Not a finding of the system under test: the
+    shard's evidence is missing (decisions Q-105). `executor_gone`: nothing more can run on it."""
+
+    def __init__(self, why: str, executor_gone: bool = False) -> None:
+        super().__init__(why)
+        self.executor_gone = executor_gone
 
 
 class Executor(Protocol):
@@ -60,10 +71,15 @@ class PoolExecutor:
         return wanted & self._finished.keys()
 
     def result(self, handle: int) -> ShardResult:
-        """The shard's result, waiting for it if need be (a cancelled shard has none: KeyError)."""
+        """The shard's result, waiting for it if need be (a cancelled shard has none: KeyError). A
+        worker that died on it (WorkerDied) is ShardLost; the pool has already replaced it."""
         while handle not in self._finished and self._pool.pending:
             self._collect(None)
-        return self._finished.pop(handle).get()
+        outcome = self._finished.pop(handle)
+        try:
+            return outcome.get()
+        except Exception as e:  # run_shard returns every error of its own: only the worker's end is left
+            raise ShardLost(error_line(e)) from e
 
     def _collect(self, timeout: float | None) -> None:
         for outcome in self._pool.wait(timeout):
@@ -77,6 +93,21 @@ class PoolExecutor:
         self._pool.close()
 
 
+def _check_address(address: str) -> None:
+    """Refuse an address dask's own parser cannot read, before a Client exists: a Client that fails
+    on one in its constructor holds its shutdown for 20 s when it is collected."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)  # a scheme dask knows
+        if scheme in ("tcp", "tls", "ws", "wss"):  # the schemes whose locations are host:port
+            parse_host_port(location)
+    except ValueError as e:
+        raise ClusterUnavailable(f"not a Dask scheduler address: {address!r}: {e}") from e
+
+
 class DaskExecutor:
     """The same shards on an existing Dask cluster (dask.distributed.Client at ADDRESS)."""
 
@@ -85,12 +116,16 @@ class DaskExecutor:
             from dask.distributed import Client
         except ImportError as e:
             raise ClusterUnavailable("--scheduler needs dask.distributed: pip install 'qlwf[cluster]'") from e
+        _check_address(address)
         try:
             self._client = Client(address, timeout=timeout_s, set_as_default=False)
         except (OSError, TimeoutError) as e:
             raise ClusterUnavailable(f"no Dask scheduler answers at {address}: {e}") from e
-        self.workers = max(1, sum(self._client.nthreads().values()))
-        self.where = f"the Dask cluster at {address} ({self.workers} worker thread(s))"
+        except Exception as e:  # anything else Client refuses the address with
+            raise ClusterUnavailable(f"cannot use the Dask scheduler at {address}: {error_line(e)}") from e
+        threads = sum(self._client.nthreads().values())
+        self.workers = max(1, threads)  # shards in flight; with no worker yet they wait for one to join
+        self.where = f"the Dask cluster at {address} ({threads} worker thread(s) at the start)"
 
     def submit(self, shard: Shard) -> Any:
         # pure=False: a shard re-submitted by another campaign must run again, not be served from memory
@@ -107,12 +142,18 @@ class DaskExecutor:
             time.sleep(0.02)
 
     def result(self, handle: Any) -> ShardResult:
-        result: ShardResult = handle.result()  # a dask Future of run_shard
+        """The shard's result. run_shard returns every error of its own, so what the future raises is
+        the cluster's: KilledWorker (its workers died on it), a lost connection (the future is
+        cancelled and the client is no longer running), or a worker that cannot load the shard."""
+        try:
+            result: ShardResult = handle.result()  # a dask Future of run_shard
+        except Exception as e:
+            raise ShardLost(error_line(e), executor_gone=self._client.status != "running") from e
         return result
 
     def cancel(self, handles: Iterable[Any]) -> None:
         futures = list(handles)
-        if futures:
+        if futures and self._client.status == "running":  # a lost cluster has nothing left to cancel
             self._client.cancel(futures)
 
     def close(self) -> None:

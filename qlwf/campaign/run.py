@@ -7,6 +7,9 @@ What is reported does not depend on the number of workers (decisions Q-45):
   failing shard in order, and the shards counted are 0…j;
 * at the deadline the shards still running are cancelled and not counted (a deadline campaign
   is reproduced with `--max-shards` = its complete prefix).
+* a shard the executor loses (its worker killed, the cluster gone) is counted with an error and no
+  evidence, which makes the verdict unknown; when the executor itself is gone the campaign stops
+  there (decisions Q-105).
 Timing-dependent figures (seconds, rates, discarded and cancelled shards, where it ran) live under
 the summary's "timing" key only.
 """
@@ -24,7 +27,7 @@ from typing import Any, TextIO
 
 from qlwf.progress import Progress
 
-from .executors import Executor
+from .executors import Executor, ShardLost
 from .shards import KINDS, Budget, Finding, Shard, ShardResult, plan
 
 SUMMARY_FORMAT = "qlwf-campaign"
@@ -143,8 +146,16 @@ def drive(cfg: CampaignConfig, legs: Legs, executor: Executor, progress: Campaig
             for handle in executor.wait_any(in_flight, timeout=max(0.01, min(0.5, deadline - clock()))):
                 if handle not in in_flight:  # cancelled by a counterexample earlier in this batch
                     continue
-                del in_flight[handle]
-                r = executor.result(handle)
+                shard = in_flight.pop(handle)
+                try:
+                    r = executor.result(handle)
+                except ShardLost as lost:  # no evidence from this shard, and no finding either
+                    r = ShardResult(shard.index, shard.name, shard.kind, shard.seeds, error=f"lost: {lost}")
+                    if lost.executor_gone:
+                        out.stopped = out.stopped or "executor-lost"
+                        executor.cancel(list(in_flight))
+                        out.cancelled += len(in_flight)
+                        in_flight.clear()
                 if out.first_failing is not None and r.index > out.first_failing:
                     out.discarded += 1
                     continue
@@ -177,6 +188,16 @@ def drive(cfg: CampaignConfig, legs: Legs, executor: Executor, progress: Campaig
     return out
 
 
+def grouped_errors(errors: list[dict[str, str]]) -> list[tuple[str, str]]:
+    """Shard errors with the same text as one entry (a server that died fails every later shard of its
+    leg alike), in order of first appearance: ("shard", error) or ("N shards, first … last", error)."""
+    by_error: dict[str, list[str]] = {}
+    for e in errors:
+        by_error.setdefault(e["error"], []).append(e["shard"])
+    return [(names[0] if len(names) == 1 else f"{len(names)} shards, {names[0]} … {names[-1]}", error)
+            for error, names in by_error.items()]
+
+
 def summarize(cfg: CampaignConfig, legs: Legs, outcome: Outcome, where: str, workers: int) -> dict[str, Any]:
     """The JSON summary: everything but the "timing" key is the same for the same seed and shard limit."""
     results = [outcome.results[i] for i in sorted(outcome.results)]
@@ -205,7 +226,7 @@ def summarize(cfg: CampaignConfig, legs: Legs, outcome: Outcome, where: str, wor
         reasons += [f"{k}: skipped ({why})" for k, why in legs.skipped.items()]
         reasons += [f"{k}: no shard completed" for k, e in kinds.items()
                     if e["status"] == "no shard completed" and results]
-        reasons += [f"{e['shard']}: {e['error']}" for e in errors]
+        reasons += [f"{shards}: {error}" for shards, error in grouped_errors(errors)]
         verdict = "unknown" if reasons else "passed"
     prefix = 0
     while prefix in outcome.results:
@@ -263,8 +284,8 @@ def report(summary: dict[str, Any], summary_path: Path, out: TextIO | None = Non
         print(f"  COUNTEREXAMPLE {f['shard']}: {f['message']}", file=out)
         print(f"    trace:  {path}", file=out)
         print(f"    replay: {f['replay'].replace('TRACE', str(path))}", file=out)
-    for e in summary["errors"]:
-        print(f"  ERROR {e['shard']}: {e['error']}", file=out)
+    for shards, error in grouped_errors(summary["errors"]):
+        print(f"  ERROR {shards}: {error}", file=out)
     why = f" ({'; '.join(summary['reasons'])})" if summary["reasons"] else ""
     print(f"qlwf campaign: {summary['verdict'].upper()}{why}; summary {summary_path}", file=out)
 

@@ -167,6 +167,12 @@ class _Planted:
 _MISSING = object()
 
 
+def error_line(e: BaseException) -> str:
+    """An error as one line of a summary: its type and the first line of its message."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
 def run_shard(shard: Shard) -> ShardResult:
     """Run one shard to its end (or its first counterexample); the same answer wherever it runs."""
     result = ShardResult(shard.index, shard.name, shard.kind, shard.seeds)
@@ -182,7 +188,7 @@ def run_shard(shard: Shard) -> ShardResult:
             mutant.plant(planted)
         _RUNNERS[shard.kind](shard, result)
     except Exception as e:  # a broken harness or backend: the shard's evidence is incomplete, not a finding
-        result.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        result.error = error_line(e)
     finally:
         planted.undo()
     result.seconds = time.perf_counter() - start
