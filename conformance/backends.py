@@ -42,6 +42,10 @@ GATE_KINDS = ("conform", "faults", "concurrency")
 
 
 class BackendFactory(Protocol):
+    """Opens a fresh store per trace. A factory whose storage can go away under a run (a server) may
+    also offer `storage_lost() -> str | None`: None while the storage answers, else why it does not;
+    the runner asks when a step fails in a way that the storage's loss would explain (decisions Q-107)."""
+
     def open(self) -> CommandPort: ...
 
     def shutdown(self) -> None: ...
@@ -53,6 +57,11 @@ class BackendUnavailable(Exception):
 
 class BackendMisconfigured(Exception):
     """The backend was configured wrongly (a malformed DSN, a server that does not start): bad usage."""
+
+
+class BackendLost(Exception):
+    """The backend's storage went away during a run (its server killed or stopped): the step it was on
+    is no evidence either way, and the run stops. Unknown in the gate, exit 3 in `qlwf conform`."""
 
 
 class BackendBroken(Exception):

@@ -26,6 +26,7 @@ class GateSummary:
     line: str
     details: list[str] = field(default_factory=list)
     evidence: dict[str, int] = field(default_factory=dict)
+    unreachable: list[str] = field(default_factory=list)  # per K, why the server left its run unfinished
 
 
 def conform(backend: str = "postgres", corpus: bool = True, traces: int = 100, seed: int = 0,
@@ -49,4 +50,6 @@ def concurrency(ks: Sequence[int] = (2, 4, 8), ops: int = 60, seed: int = 0, bac
                 # what the judge granted beyond `now` order: shown, never a threshold (concurrency_history)
                 "placed_earlier": sum(r.placed_earlier for r in reports),
                 "assumed_committed": sum(r.assumed_committed for r in reports)}
-    return GateSummary(all(r.passed for r in reports), "; ".join(r.line() for r in reports), details, evidence)
+    unreachable = [f"K={r.config.k}: storage unreachable: {r.unreachable}" for r in reports if r.unreachable]
+    return GateSummary(all(r.passed for r in reports), "; ".join(r.line() for r in reports), details, evidence,
+                       unreachable)

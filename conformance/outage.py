@@ -54,14 +54,19 @@ class Outage:
     seconds: float
 
 
-def probe(conninfo: str) -> bool:
-    """True when a fresh connection to `conninfo` can run a statement."""
+def unanswered(conninfo: str) -> str | None:
+    """None when a fresh connection to `conninfo` can run a statement, else the error, on one line."""
     try:
         with psycopg.connect(conninfo, connect_timeout=PROBE_TIMEOUT_S, autocommit=True) as conn:
             conn.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
+        return None
+    except psycopg.Error as e:
+        return one_line(e)
+
+
+def probe(conninfo: str) -> bool:
+    """True when a fresh connection to `conninfo` can run a statement."""
+    return unanswered(conninfo) is None
 
 
 class Reachability:

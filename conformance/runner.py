@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -100,26 +101,64 @@ def evidence_counts(parts: list[RunSummary], corpus: bool) -> dict[str, int]:
 
 def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True, invariants_every_step: bool = True,
                on_result: Callable[[LockstepResult], None] | None = None) -> RunSummary:
-    """Lockstep every trace against a fresh store of `backend`."""
+    """Lockstep every trace against a fresh store of `backend`.
+
+    A trace that fails as the loss of the backend's storage would make it fail (a crash, an Unavailable
+    answer, a store that cannot be opened) while the storage does not answer raises BackendLost: no
+    divergence is reported for it (decisions Q-107)."""
     factory = backends.get(backend).create()
     check = load_invariant_check() if invariants else None
     summary = RunSummary(backend, coverage=Coverage(backend))
     start = time.perf_counter()
     try:
         for trace in traces:
-            port = factory.open()
+            name = trace.name or trace.description
+            try:
+                port = factory.open()
+            except Exception as e:
+                _raise_if_lost(factory, f"opening a fresh store for trace {name!r}: {type(e).__name__}")
+                raise
             try:
                 result = run_lockstep(trace, port, invariants=check, invariants_every_step=invariants_every_step,
                                       coverage=summary.coverage)
             finally:
-                port.close()
+                with _unless_lost(factory, f"closing the store of trace {name!r}"):
+                    port.close()
+            if result.divergence is not None and _storage_shaped(result.divergence):
+                _raise_if_lost(factory, f"trace {name!r} step {result.divergence.step_index}: "
+                                        f"{result.divergence.kind}")
             summary.results.append(result)
             if on_result is not None:
                 on_result(result)
-    finally:
-        factory.shutdown()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the run's own error is the news, not a failing cleanup after it
+            factory.shutdown()
+        raise
+    factory.shutdown()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _storage_shaped(d: Divergence) -> bool:
+    """A divergence the loss of the storage explains: the backend raised, or answered Unavailable."""
+    error = d.backend_outcome.get("error") if isinstance(d.backend_outcome, dict) else None
+    return d.kind == "backend_crash" or (isinstance(error, dict) and error.get("class") == "Unavailable")
+
+
+def _raise_if_lost(factory: backends.BackendFactory, when: str) -> None:
+    lost = getattr(factory, "storage_lost", None)
+    why = lost() if lost is not None else None
+    if why is not None:
+        raise backends.BackendLost(f"{why} ({when})")
+
+
+@contextlib.contextmanager
+def _unless_lost(factory: backends.BackendFactory, when: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        _raise_if_lost(factory, when)
+        raise
 
 
 def _generated_chunk(job: tuple[str, int, int, GeneratorConfig | None, bool, bool]) -> RunSummary:

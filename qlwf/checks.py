@@ -178,10 +178,12 @@ def _faults_kind(backend: str, params: Mapping[str, Any], quick: bool) -> Eviden
 def _concurrency_kind(backend: str, params: Mapping[str, Any]) -> Evidence:
     """K concurrent workers; the committed history must be a legal serial model behaviour."""
     from qlwf.conformance import concurrency_gate
-    from qlwf.conformance.backends import SEED
+    from qlwf.conformance.backends import SEED, BackendLost
 
     summary = concurrency_gate.concurrency(tuple(params.get("ks", (2, 4, 8))), int(params.get("ops", 60)), SEED,
                                            backend=backend)
+    if summary.unreachable and not summary.details:  # no history judged wrong, one the server left unfinished
+        raise BackendLost("; ".join(summary.unreachable))
     problems = ("\n".join([summary.line, *summary.details]),) if not summary.passed else ()
     return Evidence(summary.line, summary.evidence, problems)
 
@@ -207,6 +209,8 @@ def _backend_check(backend: str, entry: Any) -> Callable[[dict[str, Any]], Evide
             raise NoEvidence(spec.requirement(f"{spec.name} leg cannot run: {e}")[1]) from e
         except backends.BackendMisconfigured as e:  # e.g. a throwaway cluster that will not start: no
             raise NoEvidence(f"{spec.name} leg cannot run: {e}") from e  # implementation ran (Q-101)
+        except backends.BackendLost as e:  # the server went away mid-run: what it was doing is no evidence
+            raise NoEvidence(f"{spec.name} leg lost its storage: {e}") from e  # (Q-107)
 
     run.__doc__ = entry.description
     return run

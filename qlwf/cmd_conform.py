@@ -18,7 +18,8 @@ EXIT_CODES = ("exit codes: 0 every trace and concurrency run passed; 1 a diverge
               "misconfigured before the run (no server, "
               "malformed or unreachable QLWF_PG_DSN, --concurrency above the server's connection limit); "
               "3 storage unreachable: the server went away during a concurrency run and did not come back within "
-              "--reconnect-window (the report says how far the run got)")
+              "--reconnect-window (the report says how far the run got), or stopped answering during a lockstep run "
+              "(no verdict on the step it was on)")
 
 
 def register(subparsers: Any) -> None:
@@ -142,6 +143,9 @@ def _with_storage(args: argparse.Namespace, run: Callable[[argparse.Namespace], 
     except backends.BackendMisconfigured as e:
         print(f"{args.backend} backend misconfigured: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except backends.BackendLost as e:  # mid-run: no verdict on what it was doing (Q-107)
+        print(f"conform {args.backend}: NO VERDICT — {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
 
 
 def _conform(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ serve is refused up front."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -109,6 +111,97 @@ def test_the_cli_exits_3_when_the_server_goes_away_for_good(cluster: ThrowawayCl
     assert time.monotonic() - stopped <= WINDOW_S + MARGIN_S + 5
     assert "Traceback" not in err and "STORAGE UNREACHABLE" in out.splitlines()[-1]
     assert "workflows admitted" in out.splitlines()[-1] and "storage unreachable at" in err
+
+
+# ---- a server lost under a lockstep run: no verdict, not a divergence (decisions Q-107) ------------------
+@pytest.fixture()
+def backend_on(cluster: ThrowawayCluster, monkeypatch: pytest.MonkeyPatch) -> ThrowawayCluster:
+    """The `postgres` backend of this process on the test's own cluster (the session's stays untouched)."""
+    from qlwf.impl.postgres import conformance as pg_backend
+
+    monkeypatch.setattr(pg_backend, "shared_server", lambda: (cluster, False))
+    return cluster
+
+
+def test_a_server_lost_between_traces_is_no_verdict(backend_on: ThrowawayCluster) -> None:
+    from qlwf.conformance import runner
+    from qlwf.conformance.backends import BackendLost
+
+    def traces() -> Iterator[Any]:
+        yield from runner.generated_traces(2, 7)
+        backend_on.crash()
+        yield from runner.generated_traces(1, 9)
+
+    with pytest.raises(BackendLost, match=r"stopped answering during the run: .*\(opening a fresh store for trace"):
+        runner.run_traces("postgres", traces())
+
+
+def test_a_server_lost_under_a_command_is_no_verdict_not_a_divergence(backend_on: ThrowawayCluster,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before Q-107 the step was a divergence (the adapter answers Unavailable where the model commits)."""
+    from qlwf.conformance import runner
+    from qlwf.conformance.backends import BackendLost
+    from qlwf.impl.postgres.adapter import PostgresAdapter
+
+    calls = itertools.count(1)
+    execute = PostgresAdapter.execute
+
+    def crashing(self: PostgresAdapter, name: str, args: Any, now: int | None = None) -> Any:
+        if next(calls) == 12:
+            backend_on.crash()
+        return execute(self, name, args, now)
+
+    monkeypatch.setattr(PostgresAdapter, "execute", crashing)
+    with pytest.raises(BackendLost, match=r"stopped answering during the run: .*\(trace '.*' step \d+: "):
+        runner.run_traces("postgres", runner.generated_traces(3, 7))
+    assert next(calls) > 12
+
+
+def test_the_gate_says_unknown_when_the_server_is_gone(backend_on: ThrowawayCluster) -> None:
+    """Before Q-107 both checks failed: conform-postgres with an OperationalError traceback, and
+    concurrency-postgres with "STORAGE UNREACHABLE", which blamed the implementation for a dead server."""
+    from qlwf.checks import backend_checks
+    from qlwf.gate import run_checks
+
+    backend_on.crash()
+    checks = [c for c in backend_checks() if c.name in ("conform-postgres", "concurrency-postgres")]
+    results = run_checks(checks, {"quick": True})
+    assert [(r.name, r.status) for r in results] == [("conform-postgres", "unknown"),
+                                                    ("concurrency-postgres", "unknown")]
+    for r in results:
+        assert r.summary.startswith("postgres leg lost its storage: ") and "Is the server running" in r.summary
+        assert not r.details
+
+
+def test_the_cli_says_no_verdict_when_the_server_goes_away_mid_run(cluster: ThrowawayCluster, tmp_path: Path) -> None:
+    """Before Q-107: a DIVERGENCE (backend_crash) report, then a traceback, exit 1."""
+    env = {**os.environ, DSN_ENV: cluster.dsn()}
+    cmd = [sys.executable, "-m", "qlwf.cli", "conform", "--backend", "postgres", "--traces", "2000"]
+    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            _wait_for_database(cluster, "qlwf_conform_%", deadline=time.monotonic() + 60)
+            time.sleep(0.5)
+            cluster.crash()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 3, (out, err)
+    assert "Traceback" not in err and "DIVERGENCE" not in out
+    assert err.splitlines()[-1].startswith("conform postgres: NO VERDICT — the PostgreSQL server stopped answering")
+
+
+def _wait_for_database(cluster: ThrowawayCluster, pattern: str, deadline: float) -> None:
+    """Until a client is connected to a database named like `pattern`."""
+    while time.monotonic() < deadline:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE %s "
+                               "AND backend_type = 'client backend'", (pattern,)).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no client ever connected to a database like {pattern}")
 
 
 def _wait_for_pool(cluster: ThrowawayCluster, k: int, deadline: float) -> None:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 
 import psycopg
-from qlwf.conformance.backends import BackendMisconfigured, BackendUnavailable, Provisioner
+from qlwf.conformance.backends import BackendLost, BackendMisconfigured, BackendUnavailable, Provisioner
 from qlwf.impl.port import Clock, CommandPort, FixedClock
 from qlwf.impl.sql_adapter import Observer
 
@@ -54,12 +54,27 @@ class PostgresBackend:
     def __init__(self, pool_size: int = 2) -> None:
         self.server, self._owns_server = shared_server()
         self.name = unique_database_name("qlwf_conform")
-        self.database = PgDatabase(self.server.create_database(self.name), size=pool_size)
-        self.database.apply_schema()
+        try:
+            self.conninfo = self.server.create_database(self.name)
+            self.database = PgDatabase(self.conninfo, size=pool_size)
+            self.database.apply_schema()
+        except (psycopg.OperationalError, ConnectionUnavailable) as e:
+            self.conninfo = self.server.dsn("postgres")  # the server's own database: is anyone there?
+            why = self.storage_lost()
+            if why is None:
+                raise
+            raise BackendLost(why) from e
 
     def open(self) -> CommandPort:
         self.database.reset()
         return PostgresAdapter(self.database, FixedClock())
+
+    def storage_lost(self) -> str | None:
+        """Why the server does not answer a fresh connection, or None (conformance/backends.py)."""
+        from qlwf.conformance.outage import unanswered
+
+        why = unanswered(self.conninfo)
+        return None if why is None else f"the PostgreSQL server stopped answering during the run: {why}"
 
     def shutdown(self) -> None:
         self.database.close()
