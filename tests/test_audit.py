@@ -486,3 +486,18 @@ def test_a_postgres_database_without_the_ql3_layout_is_exit_2(pg_server: PgServe
         assert "not a qlwf/ql3" in one_line_exit_2(["audit", "--pg", dsn], capsys)
     finally:
         pg_server.drop_database(name)
+
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, '{"n": ' + "7" * 5000 + "}"], ids=["deep", "long-int"])
+def test_a_jsonb_value_python_cannot_decode_is_unreadable_not_a_crash(
+        pg_backend: PostgresBackend, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """jsonb takes what Python's decoder refuses: nesting past its recursion limit, an integer past its
+    4,300-digit limit. Before Q-108: a RecursionError or ValueError traceback, exit 1."""
+    write_postgres(pg_backend, BASE)
+    store = PgStore(pg_backend)
+    store.write([(f"UPDATE {store.table('StepRuns')} SET step_run_json = ?::jsonb", (value,))],
+                bypass_checks_on="StepRuns")
+    message = one_line_exit_2(["audit", "--pg", pg_backend.database.conninfo], capsys)
+    assert "not a readable qlwf/ql3 PostgreSQL database: a stored JSON value Python cannot decode" in message

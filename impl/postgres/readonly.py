@@ -63,6 +63,9 @@ def load(dsn: str) -> dict[str, list[Record]]:
         return snap
     except psycopg.Error as e:
         raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e
+    except (RecursionError, ValueError) as e:  # jsonb holds what json.loads refuses (decisions Q-108)
+        raise UnreadableDatabase("not a readable qlwf/ql3 PostgreSQL database: a stored JSON value Python cannot "
+                                 f"decode: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
         with contextlib.suppress(psycopg.Error):  # nothing to keep: the read never wrote
             conn.rollback()
