@@ -150,6 +150,9 @@ class DriverProcess:
             message = json.loads(raw, parse_constant=_parse_constant)
         except ValueError as e:  # UnicodeDecodeError is a ValueError too
             self._fail("not_json", f"the response line is not JSON ({e}): {_clip(raw.decode(errors='replace'))}")
+        except RecursionError:  # JSON, but nested past what the decoder takes: no message of the protocol is
+            self._fail("not_json", "the response line nests deeper than the JSON decoder's limit: "
+                       f"{_clip(raw.decode(errors='replace'))}")
         if not isinstance(message, dict):
             self._fail("protocol", f"the response is not a JSON object: {_clip(raw.decode(errors='replace'))}")
         return message

@@ -178,6 +178,7 @@ TIMEOUT = 2.0
     ("die-at:3", "exited", "exit status 3"),
     ("hang-at:3", "timeout", f"no response within {TIMEOUT:g} s"),
     ("garbage-at:3", "not_json", "this is not JSON"),
+    ("deep-at:3", "not_json", "nests deeper than the JSON decoder's limit"),  # a RecursionError before
     ("wrong-id-at:3", "protocol", "does not echo the request id"),
     ("missing-keys-at:3", "protocol", "missing keys ['outcome']"),
     ("bad-change-at:3", "protocol", "removes runs ['no-such-run'], which is not in the state"),

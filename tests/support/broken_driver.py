@@ -9,6 +9,7 @@ Store bugs (the protocol is kept; the durable state goes wrong once, at the firs
 Protocol bugs (at the Nth apply request, counted from 1):
   die-at:N      exit with status 3        hang-at:N     never answer (sleeps forever)
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
+  deep-at:N     answer a JSON line nested 100,000 arrays deep
   missing-keys-at:N  answer apply without its outcome
   bad-change-at:N    answer apply with a change removing a record that does not exist
   early         write a response before the first request
@@ -113,6 +114,10 @@ def main() -> int:
                     time.sleep(60)
             if name == "garbage-at":
                 out.write(b"this is not JSON\n")
+                out.flush()
+                continue
+            if name == "deep-at":
+                out.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
                 out.flush()
                 continue
             if name == "wrong-id-at":
