@@ -80,7 +80,13 @@ def base_tree(repo: Path | None, base: str) -> Iterator[Tree]:
     if repo is None:
         raise DiffInputError(f"{base!r} is not a directory with a pyproject.toml, and there is no repository "
                              "to resolve it as a revision")
-    commit = resolve_revision(repo, base)
+    try:
+        commit = resolve_revision(repo, base)
+    except DiffInputError:
+        if as_path.is_dir():  # meant as a copy, most likely: say what it lacks (decisions Q-110)
+            raise DiffInputError(f"{base!r} is a directory without a pyproject.toml (a copy of the repository has "
+                                 f"one at its top), and not a revision of {repo}") from None
+        raise
     tmp = Path(tempfile.mkdtemp(prefix="qlwf-diff-base-"))
     try:
         _unpack(repo, commit, tmp)

@@ -246,6 +246,16 @@ def test_bad_input_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert code == 2 and message in err, err
 
 
+def test_a_base_directory_that_is_not_a_copy_is_named_as_one(repo: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Before Q-110 it was "unknown revision", which hid that the directory was found but lacked a pyproject.toml."""
+    (tmp_path / "model-only" / "model").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    code, err = run_in_process(capsys, "--base", str(tmp_path / "model-only"))
+    assert code == 2 and "is a directory without a pyproject.toml" in err and "not a revision of" in err, err
+
+
 def test_outside_a_repository_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
