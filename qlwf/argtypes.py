@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 
 def seconds_up_to(upper: float) -> Callable[[str], float]:
@@ -19,3 +21,41 @@ def seconds_up_to(upper: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+# Output paths are checked when the arguments are parsed, so that a run of minutes does not end in a
+# traceback at the one write it was for (decisions Q-111). Nothing is created here: the command makes
+# the directories when it writes, as before. Root passes every permission test, so what is checked for
+# root is the shape: no directory where a file goes, no file where a directory goes.
+def _dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be a directory to write into (None if it is one, or can be made one: its nearest
+    existing ancestor is a writable directory)."""
+    if path.exists():
+        if not path.is_dir():
+            return f"{str(path)!r} exists and is not a directory"
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{str(path)!r} is not writable"
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{str(ancestor)!r} is not a directory"
+    return None if os.access(ancestor, os.W_OK | os.X_OK) else f"{str(ancestor)!r} is not writable"
+
+
+def output_dir(text: str) -> str:
+    """An argparse type: a directory the command may write into (made when needed)."""
+    problem = _dir_problem(Path(text))
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {problem}")
+    return text
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a file the command may write (its directory made when needed)."""
+    path = Path(text)
+    problem = ("it is a directory" if not text or path.is_dir()
+               else f"{text!r} is not writable" if path.exists() and not os.access(path, os.W_OK)
+               else _dir_problem(path.parent))
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {problem}")
+    return text

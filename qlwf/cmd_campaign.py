@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from qlwf.argtypes import output_dir
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, campaign
 from qlwf.campaign.shards import KINDS, Budget
@@ -79,7 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the shards on the Dask cluster at ADDRESS (pip install 'qlwf[cluster]')")
     p.add_argument("--seed", type=int, help="the campaign seed (default: random, printed)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"summary and traces (default {DEFAULT_OUT})")
+    p.add_argument("--out", type=output_dir, default=DEFAULT_OUT, metavar="DIR",
+                   help=f"summary and traces (default {DEFAULT_OUT})")
     p.add_argument("--max-shards", type=_positive(int), metavar="N", help="stop after the first N shards")
     p.add_argument("--kinds", type=_kinds, default=KINDS, metavar="K,K",
                    help=f"the kinds of shard to run (default all: {','.join(KINDS)})")

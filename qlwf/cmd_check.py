@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from qlwf.argtypes import seconds_up_to
+from qlwf.argtypes import output_file, seconds_up_to
 from qlwf.checks import CHECKS, LEGS
 from qlwf.gate import EXIT_USAGE, exit_code, render_counts, render_table, run_checks, write_json, write_junit
 
@@ -83,6 +83,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         f"cannot hold the gate (default {DEFAULT_CHECK_TIMEOUT['full']:g}, with --quick "
                         f"{DEFAULT_CHECK_TIMEOUT['quick']:g}; with --self-test: per planted fault, default "
                         f"{DEFAULT_CHECK_TIMEOUT['quick']:g})")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    p.add_argument("--junit", metavar="PATH", help="write the results as JUnit XML")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="write the results as JSON")
+    p.add_argument("--junit", type=output_file, metavar="PATH", help="write the results as JUnit XML")
     p.set_defaults(func=run)

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qlwf.argtypes import output_dir
+
 MAX_K = 4  # K = 3 is the explorer manifest's largest scope; 4 is already a long run
 
 
@@ -35,7 +37,7 @@ def register(subparsers: Any) -> None:
                    help="only these proof properties (fnmatch pattern as for `qlwf prove --only`; repeatable)")
     p.add_argument("--no-proofs", action="store_true", help="do not run the proofs (reported as not run)")
     p.add_argument("--no-oracle", action="store_true", help="do not compare oracle answers (reported as not run)")
-    p.add_argument("--witness-dir", default="reports/diff", metavar="DIR",
+    p.add_argument("--witness-dir", type=output_dir, default="reports/diff", metavar="DIR",
                    help="where witness traces are written (default reports/diff; an earlier run's diff-NN-*.json there "
                         "are replaced)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")

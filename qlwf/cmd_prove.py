@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from qlwf.argtypes import output_file
 from qlwf.proofs import decode, runner
 from qlwf.proofs.mutants import BY_NAME
 from qlwf.proofs.results import PROVED
@@ -24,7 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, result, bound, seconds}")
     p.add_argument("--mutant", choices=sorted(BY_NAME), help="build the encoding from a mutant (expect violations)")
     p.add_argument("--list", action="store_true", help="list the property names and exit")
-    p.add_argument("--counterexamples", metavar="FILE",
+    p.add_argument("--counterexamples", type=output_file, metavar="FILE",
                    help="write every counterexample (decoded states, replayable traces) to FILE as JSON")
     p.set_defaults(func=main)
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qlwf.argtypes import output_file
 from qlwf.conformance.render import ShowError, build, markdown
 from qlwf.conformance.render_svg import html
 from qlwf.conformance.trace import TraceFormatError, load
@@ -33,8 +34,8 @@ def register(subparsers: Any) -> None:
                               "last). Markdown with a Mermaid DAG goes to stdout unless --md or --html is given.")
     p.add_argument("trace", metavar="TRACE", help="a qlwf-trace v1 JSON file (corpus trace or counterexample)")
     p.add_argument("--step", type=_step, metavar="N", help="colour the DAG after step N (0-based)")
-    p.add_argument("--html", metavar="OUT", help="write one self-contained HTML file (inline SVG)")
-    p.add_argument("--md", metavar="OUT", help="write the Markdown report to OUT")
+    p.add_argument("--html", type=output_file, metavar="OUT", help="write one self-contained HTML file (inline SVG)")
+    p.add_argument("--md", type=output_file, metavar="OUT", help="write the Markdown report to OUT")
     p.add_argument("--layout", choices=("auto", "dot", "layered"), default="auto",
                    help="HTML DAG layout: Graphviz dot where installed (auto), or the plain layered layout")
     p.set_defaults(func=main)

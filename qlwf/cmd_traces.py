@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from qlwf.argtypes import output_dir
 from qlwf.conformance import trace_check, trace_export
 from qlwf.conformance.trace import STATE_FORMS
 
@@ -34,7 +35,7 @@ def register(subparsers: Any) -> None:
     export = sub.add_parser("export", help="write self-contained trace files to DIR",
                             description="Record the golden corpus (--corpus) and/or N generated traces (seeds S…S+N-1) "
                             "through the model and write one self-contained file per trace to DIR.")
-    export.add_argument("directory", metavar="DIR")
+    export.add_argument("directory", type=output_dir, metavar="DIR")
     export.add_argument("--corpus", action="store_true", help="the golden corpus (conformance/corpus)")
     export.add_argument("--generated", type=_count, default=0, metavar="N", help="generated traces (default 0)")
     export.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first generated trace")
