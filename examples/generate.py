@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from qlwf.model.invariants import consistent_binding
-from qlwf.model.records import sign_plan
-from qlwf.model.system import WorkflowSystem
+from qlwf.model.records import Record, sign_plan
+from qlwf.model.system import Outcome, WorkflowSystem
 
 HERE = Path(__file__).parent
 D = {c: c * 64 for c in "123456789abcdef"}
@@ -34,6 +34,14 @@ def demo_plan(run_id: str, plan_id: str, steps: list[tuple[str, list[str]]], pla
     })
 
 
+def ok(out: Outcome) -> Record:
+    """The result of a step the scenario needs to commit; a refusal stops the build. Not an `assert`:
+    `python -O` would drop the command with it (decisions Q-112)."""
+    if not out.ok or out.result is None:
+        raise RuntimeError(f"an example scenario's step was refused: {out.error}")
+    return out.result
+
+
 DIAMOND = [("fetch", []), ("left", ["fetch"]), ("right", ["fetch"]), ("report", ["left", "right"])]
 CHAIN = [("extract", []), ("transform", ["extract"]), ("load", ["transform"]), ("notify", ["load"])]
 
@@ -43,10 +51,9 @@ def run_attempt(w: WorkflowSystem, run_id: str, step_id: str, *, until: str, exi
     """Drive one attempt of `step_id` to `until` ∈ {claimed, leased, starting, running, done, failed_start}."""
     adm = w.state.admission_of_run(run_id)[0]
     step = next(s for s in adm["plan"]["steps"] if s["stepRunId"] == step_id)
-    out = w.apply("admit_task_attempt", runId=run_id, stepRunId=step_id,
-                  binding=consistent_binding(adm["plan"], step))
-    assert out.ok and out.result is not None, out.error
-    aid: str = out.result["attempt"]["id"]
+    admitted = ok(w.apply("admit_task_attempt", runId=run_id, stepRunId=step_id,
+                          binding=consistent_binding(adm["plan"], step)))
+    aid: str = admitted["attempt"]["id"]
     plan_order = ["claimed", "leased", "starting", "running", "done"]
     fence: dict[str, Any] = {"attemptId": aid, "workerId": worker, "leaseGeneration": 1}
     steps = {
@@ -57,12 +64,11 @@ def run_attempt(w: WorkflowSystem, run_id: str, step_id: str, *, until: str, exi
     }
     if until == "failed_start":
         for stage in ("leased", "starting"):
-            assert steps[stage]().ok
-        assert w.apply("fail_start", **fence).ok
+            ok(steps[stage]())
+        ok(w.apply("fail_start", **fence))
         return aid
     for stage in plan_order[1: plan_order.index(until) + 1]:
-        out = steps[stage]()
-        assert out.ok, out.error
+        ok(steps[stage]())
     return aid
 
 
@@ -88,7 +94,7 @@ def build() -> dict[str, Any]:
     plan = demo_plan("run-diamond", "plan-diamond", DIAMOND)
     files["admit-workflow-diamond.json"] = plan
     w = WorkflowSystem(clock=1000)
-    assert w.apply("admit_workflow", plan=plan).ok
+    ok(w.apply("admit_workflow", plan=plan))
     w.advance(1000)
     run_attempt(w, "run-diamond", "sr-fetch", until="done")
     w.advance(500)
@@ -96,32 +102,32 @@ def build() -> dict[str, Any]:
 
     chain = demo_plan("run-chain", "plan-chain", CHAIN)
     w2 = WorkflowSystem(clock=1000)
-    assert w2.apply("admit_workflow", plan=chain).ok
+    ok(w2.apply("admit_workflow", plan=chain))
     w2.advance(1000)
     run_attempt(w2, "run-chain", "sr-extract", until="done", exit_code=3)
     w2.advance(500)
     files["frontier-chain-root-failed.json"] = frontier_snapshot(w2, "run-chain")
 
     w3 = WorkflowSystem(clock=1000)
-    assert w3.apply("admit_workflow", plan=demo_plan("run-cancel", "plan-cancel", DIAMOND)).ok
+    ok(w3.apply("admit_workflow", plan=demo_plan("run-cancel", "plan-cancel", DIAMOND)))
     w3.advance(1000)
     run_attempt(w3, "run-cancel", "sr-fetch", until="done")
-    assert w3.apply("advance_frontier", runId="run-cancel").ok
+    ok(w3.apply("advance_frontier", runId="run-cancel"))
     run_attempt(w3, "run-cancel", "sr-left", until="running")
     adm = w3.state.admission_of_run("run-cancel")[0]
     right = next(s for s in adm["plan"]["steps"] if s["stepKey"] == "right")
-    assert w3.apply("admit_task_attempt", runId="run-cancel", stepRunId="sr-right",
-                    binding=consistent_binding(adm["plan"], right)).ok
+    ok(w3.apply("admit_task_attempt", runId="run-cancel", stepRunId="sr-right",
+                    binding=consistent_binding(adm["plan"], right)))
     w3.advance(1000)
-    assert w3.apply("request_cancel", runId="run-cancel", reason="user", actor={"type": "user", "id": "alice"}).ok
+    ok(w3.apply("request_cancel", runId="run-cancel", reason="user", actor={"type": "user", "id": "alice"}))
     w3.advance(100)
     files["cancel-running-sibling-blocks.json"] = cancel_snapshot(w3, "run-cancel")
 
     w4 = WorkflowSystem(clock=1000)
-    assert w4.apply("admit_workflow", plan=demo_plan("run-timeout", "plan-timeout", CHAIN)).ok
+    ok(w4.apply("admit_workflow", plan=demo_plan("run-timeout", "plan-timeout", CHAIN)))
     w4.advance(1000)
     run_attempt(w4, "run-timeout", "sr-extract", until="leased")
-    assert w4.apply("request_cancel", runId="run-timeout", reason="timeout", actor={"type": "scheduler"}).ok
+    ok(w4.apply("request_cancel", runId="run-timeout", reason="timeout", actor={"type": "scheduler"}))
     w4.advance(60000)
     files["cancel-timeout-expired-lease.json"] = cancel_snapshot(w4, "run-timeout")
     attempt = next(iter(w4.state.attempts.values()))
@@ -131,7 +137,7 @@ def build() -> dict[str, Any]:
         "observedAtMs": w4.state.clock}
 
     w5 = WorkflowSystem(clock=1000)
-    assert w5.apply("admit_workflow", plan=demo_plan("run-admit", "plan-admit", DIAMOND)).ok
+    ok(w5.apply("admit_workflow", plan=demo_plan("run-admit", "plan-admit", DIAMOND)))
     w5.advance(2000)
     step = next(s for s in w5.state.admission_of_run("run-admit")[0]["plan"]["steps"] if s["stepKey"] == "fetch")
     files["admit-attempt-fetch.json"] = {

@@ -28,6 +28,8 @@ from qlwf.gate import (
     write_junit,
 )
 
+REPO = Path(__file__).resolve().parent.parent
+
 FLOORS = {"a": {"n": 2}, "b": {"n": 2}, "c": {"n": 2}, "d": {"n": 2}, "e": {"n": 2}, "f": {"n": 2}}
 
 
@@ -176,6 +178,38 @@ def test_a_broken_vector_fails_even_under_python_O() -> None:
                          check=False, env={**os.environ})
     assert out.returncode == EXIT_FAILED, out.stdout + out.stderr
     assert "spec-vectors  failed" in out.stdout
+
+
+def test_the_checks_without_a_server_pass_under_python_O(tmp_path: Path) -> None:
+    """Before Q-112 oracle-examples failed under -O: the example builder ran its scenario's commands
+    inside `assert` statements, which -O removes together with the commands."""
+    out = subprocess.run([sys.executable, "-O", "-m", "qlwf.cli", "check", "--only", "spec-vectors", "--only",
+                          "oracle-examples", "--jobs", "1"], capture_output=True, text=True, timeout=300,
+                         check=False, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# Calls an `assert` may make: builtins and helpers that compute and change nothing.
+PURE_IN_ASSERT = frozenset({"isinstance", "len", "tuple", "list", "set", "sorted", "all", "any", "type", "fields",
+                            "zip", "repr", "str"})
+
+
+def test_no_product_assert_calls_anything_that_could_act() -> None:
+    """`python -O` strips asserts: one that calls a command (or anything else that acts) changes what the
+    program does (decisions Q-112). An assert in the product code calls nothing but PURE_IN_ASSERT."""
+    import ast
+
+    offenders = []
+    for package in ("qlwf", "model", "impl", "conformance", "proofs", "examples"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if not isinstance(node, ast.Assert):
+                    continue
+                calls = [c.func for c in ast.walk(node.test) if isinstance(c, ast.Call)]
+                named = [f.id if isinstance(f, ast.Name) else ast.unparse(f) for f in calls]
+                if any(name not in PURE_IN_ASSERT for name in named):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node.test)[:100]}")
+    assert offenders == []
 
 
 def test_the_coverage_floor_is_every_reachable_rule_row() -> None:
