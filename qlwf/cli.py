@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from qlwf import stdio
+
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`. Command name → the
 # module that registers it: a command imports only its own module (a `qlwf oracle` process need not
 # load Z3, Hypothesis or the backends), help and unknown names build the whole parser.
@@ -193,15 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore = _install_interrupt_handlers()
     before = _servers_running()
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a reader that went away is caught, not in the interpreter's exit
+        return code
     except (Interrupted, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         print(f"qlwf: interrupted ({signal.Signals(signum).name}); {_stop_servers(before)}", file=sys.stderr)
         if argv is None:
             _exit_if_threads_linger(128 + signum)
         return 128 + signum
+    except BrokenPipeError:
+        if not stdio.reader_gone():
+            raise
+        # The reader of stdout went away (`qlwf … | head`): stop as a pipeline's writer killed by SIGPIPE
+        # would, without a traceback, and with its code, not one of the verdict codes (decisions Q-114).
+        stdio.discard_stdout()
+        _stop_servers(before)
+        return 128 + signal.SIGPIPE
     finally:
         restore()
+
 
 
 if __name__ == "__main__":

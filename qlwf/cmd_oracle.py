@@ -12,11 +12,11 @@ import argparse
 import gc
 import json
 import math
-import os
 import re
 import sys
 from typing import Any
 
+from qlwf import stdio
 from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.memo import parsed_json_input
@@ -356,11 +356,8 @@ def answer_bytes(raw: bytes) -> bytes:
 # --------------------------------------------------------------------------------------------------
 # Commands
 def _stdout_gone() -> int:
-    """The reader closed stdout: nobody is left to answer. Point fd 1 at devnull so that Python's
-    flush at exit does not raise again (Python docs, "Note on SIGPIPE")."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    """The reader closed stdout: nobody is left to answer, which ends the oracle normally."""
+    stdio.discard_stdout()
     return 0
 
 
