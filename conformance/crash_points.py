@@ -22,6 +22,7 @@ from qlwf.model import tables as T
 
 from . import runner
 from .crashes import CrashStats, run_with_crashes
+from .lockstep import LockstepResult
 from .pg_crashes import PgCrashStats, run_with_kills
 from .trace import Trace
 
@@ -47,11 +48,14 @@ def measure_trace(trace: Trace, server: PgServer | None = None) -> tuple[CrashSt
     """One trace on both backends; raises NotAtomic when a crash point is not atomic (not an `assert`,
     which `python -O` strips: decisions Q-112)."""
     sqlite, pg = CrashStats(), PgCrashStats()
-    for run in (lambda: [run_with_crashes(trace, sqlite)], lambda: run_with_kills([trace], pg, server)):
-        for result in run():
-            if not result.passed:
-                raise NotAtomic(result.divergence.render() if result.divergence else trace.name)
+    _atomic(trace, run_with_crashes(trace, sqlite))
+    _atomic(trace, *run_with_kills([trace], pg, server))
     return sqlite, pg
+
+
+def _atomic(trace: Trace, result: LockstepResult) -> None:
+    if not result.passed:
+        raise NotAtomic(result.divergence.render() if result.divergence else trace.name)
 
 
 def measure(traces: list[Trace], server: PgServer | None = None) -> Coverage:
