@@ -119,8 +119,10 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
                 _raise_if_lost(factory, f"opening a fresh store for trace {name!r}: {type(e).__name__}")
                 raise
             try:
-                result = run_lockstep(trace, port, invariants=check, invariants_every_step=invariants_every_step,
-                                      coverage=summary.coverage)
+                # the read-back a divergence's report makes can fail too: same question then
+                with _unless_lost(factory, f"trace {name!r}"):
+                    result = run_lockstep(trace, port, invariants=check, invariants_every_step=invariants_every_step,
+                                          coverage=summary.coverage)
             finally:
                 with _unless_lost(factory, f"closing the store of trace {name!r}"):
                     port.close()

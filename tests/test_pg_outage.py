@@ -157,6 +157,32 @@ def test_a_server_lost_under_a_command_is_no_verdict_not_a_divergence(backend_on
     assert next(calls) > 12
 
 
+def test_a_server_lost_while_a_divergence_is_reported_is_no_verdict(backend_on: ThrowawayCluster,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Unavailable answer read back fine, then the server gone while the report reads the whole store:
+    before, the read's OperationalError escaped the run (a traceback, exit 1; seen once under load)."""
+    from qlwf.conformance import lockstep, runner
+    from qlwf.conformance.backends import BackendLost
+
+    calls = itertools.count(1)
+    backend_outcome, whole = lockstep.backend_outcome, lockstep.ReadBack.whole
+
+    def unavailable_once(port: Any, name: str, args: Any, now: int) -> Any:
+        got = backend_outcome(port, name, args, now)
+        if next(calls) == 5:  # as a connection killed under the command would answer
+            return {"error": {"class": "Unavailable", "code": "QL3_STORAGE_UNAVAILABLE", "reason": "storage_error"}}
+        return got
+
+    def crash_then_read(self: Any, snap: Any, fresh: Any) -> Any:
+        backend_on.crash()
+        return whole(self, snap, fresh)
+
+    monkeypatch.setattr(lockstep, "backend_outcome", unavailable_once)
+    monkeypatch.setattr(lockstep.ReadBack, "whole", crash_then_read)
+    with pytest.raises(BackendLost, match=r"stopped answering during the run: .*\(trace '"):
+        runner.run_traces("postgres", runner.generated_traces(2, 7))
+
+
 def test_the_gate_says_unknown_when_the_server_is_gone(backend_on: ThrowawayCluster) -> None:
     """Before Q-107 both checks failed: conform-postgres with an OperationalError traceback, and
     concurrency-postgres with "STORAGE UNREACHABLE", which blamed the implementation for a dead server."""
