@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -28,6 +30,29 @@ settings.register_profile("dev", max_examples=300, stateful_step_count=60, deadl
 settings.register_profile("deep", max_examples=3000, stateful_step_count=120, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _load_the_checkouts_modules() -> None:
+    """Hypothesis draws constants from the source of the checkout's non-test modules this process has
+    imported, so "derandomized" runs differed with the test files a worker had run before (decisions Q-113).
+    Every module the suite may import is loaded before any test: the distribution, and the scripts of
+    docs/ and examples/ (under names of their own; the constants are the file's, whatever the name)."""
+    import importlib.util
+
+    from qlwf.conformance.stateful.machine import load_every_module
+
+    load_every_module()
+    repo = Path(__file__).resolve().parent.parent
+    for script in sorted([*(repo / "docs").glob("*.py"), *(repo / "examples").glob("*.py")]):
+        name = f"_qlwf_constants_{script.parent.name}_{script.stem}"
+        spec = importlib.util.spec_from_file_location(name, script)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+_load_the_checkouts_modules()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,7 +8,6 @@ plain data in, plain data out, so it pickles to any of them.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import os
@@ -198,35 +197,13 @@ def run_shard(shard: Shard) -> ShardResult:
 
 # ------------------------------------------------------------------------------------------------
 # The kinds
-# The distribution's packages (pyproject.toml package-dir); every module below them is loaded before a
-# stateful shard runs, see _load_every_module.
-PACKAGES = ("qlwf", "qlwf.model", "qlwf.impl", "qlwf.conformance", "qlwf.proofs")
-
-
-@functools.cache
-def _load_every_module() -> None:
-    """Import every module of the distribution (once per process).
-
-    Hypothesis mixes into its draws constants it reads from the source of the non-test modules of the
-    checkout that the process has imported so far, so a stateful shard's examples depended on which
-    shards had run in the process before it (an oracle shard imports modules a stateful one does not):
-    the same seed gave 89, 84 or 79 steps. With every module loaded first, those constants are the same
-    in every process (decisions Q-113)."""
-    import pkgutil
-
-    for top in PACKAGES:
-        package = importlib.import_module(top)
-        for module in pkgutil.walk_packages(package.__path__, f"{top}."):
-            importlib.import_module(module.name)
-
-
 def _stateful(shard: Shard, result: ShardResult) -> None:
     from hypothesis import HealthCheck, Phase, seed, settings
     from hypothesis.stateful import get_state_machine_test
 
-    from qlwf.conformance.stateful.machine import WorkflowMachine
+    from qlwf.conformance.stateful.machine import WorkflowMachine, load_every_module
 
-    _load_every_module()
+    load_every_module()  # the same Hypothesis constants in every process (decisions Q-113)
 
     # The machine writes a counterexample to a file (its shrinks overwrite it). The directory is made only
     # when a first counterexample is written: a shard killed by the campaign's end (SIGTERM, default
