@@ -59,8 +59,7 @@ class PostgresBackend:
             self.database = PgDatabase(self.conninfo, size=pool_size)
             self.database.apply_schema()
         except (psycopg.OperationalError, ConnectionUnavailable) as e:
-            self.conninfo = self.server.dsn("postgres")  # the server's own database: is anyone there?
-            why = self.storage_lost()
+            why = _lost(self.server.dsn("postgres"))  # no database of the run yet: ask the server's own
             if why is None:
                 raise
             raise BackendLost(why) from e
@@ -71,16 +70,20 @@ class PostgresBackend:
 
     def storage_lost(self) -> str | None:
         """Why the server does not answer a fresh connection, or None (conformance/backends.py)."""
-        from qlwf.conformance.outage import unanswered
-
-        why = unanswered(self.conninfo)
-        return None if why is None else f"the PostgreSQL server stopped answering during the run: {why}"
+        return _lost(self.conninfo)
 
     def shutdown(self) -> None:
         self.database.close()
         self.server.drop_database(self.name)
         if self._owns_server:
             self.server.stop()
+
+
+def _lost(conninfo: str) -> str | None:
+    from qlwf.conformance.outage import unanswered
+
+    why = unanswered(conninfo)
+    return None if why is None else f"the PostgreSQL server stopped answering during the run: {why}"
 
 
 def stop_shared_server() -> None:
