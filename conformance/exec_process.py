@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
+from qlwf.model import strict_json
+
 from .backends import BackendBroken
 
 Message = dict[str, Any]
@@ -64,10 +66,6 @@ def _terminate_with_parent() -> None:
     SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _parse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 class DriverProcess:
@@ -147,12 +145,11 @@ class DriverProcess:
 
     def _parse(self, raw: bytes) -> Message:
         try:
-            message = json.loads(raw, parse_constant=_parse_constant)
+            # Strict: a repeated name or an escaped lone surrogate would let the driver's bytes mean
+            # something else to another reader (Q-115); nesting past the decoder's limit is Q-109.
+            message = strict_json.loads(raw)
         except ValueError as e:  # UnicodeDecodeError is a ValueError too
             self._fail("not_json", f"the response line is not JSON ({e}): {_clip(raw.decode(errors='replace'))}")
-        except RecursionError:  # JSON, but nested past what the decoder takes: no message of the protocol is
-            self._fail("not_json", "the response line nests deeper than the JSON decoder's limit: "  # (Q-109)
-                       f"{_clip(raw.decode(errors='replace'))}")
         if not isinstance(message, dict):
             self._fail("protocol", f"the response is not a JSON object: {_clip(raw.decode(errors='replace'))}")
         return message

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qlwf.model import strict_json
 from qlwf.model.canonical import canonical_json
 from qlwf.model.records import KIND_KEYS  # the key of every record kind (commands.md §1.3)
 from qlwf.model.state import State
@@ -144,19 +145,16 @@ def from_json(obj: Any, name: str = "") -> Trace:
 
 def read_json_file(path: str | Path) -> Any:
     """The JSON value of a trace file; TraceFormatError (one line) if it cannot be read or is not strict
-    JSON (NaN and the infinities are not; nor is a nesting deeper than the decoder's recursion limit)."""
+    JSON (model/strict_json.py: no NaN or infinities, no name repeated in an object, no lone surrogate,
+    no nesting deeper than the decoder's recursion limit)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TraceFormatError(f"unreadable: {e}") from e
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as e:
+        return strict_json.loads(text)
+    except ValueError as e:
         raise TraceFormatError(f"not JSON: {e}") from e
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (RFC 8259)")
 
 
 def load(path: str | Path) -> Trace:

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any, BinaryIO, Protocol
 
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FaultInjection, Record, Snapshot
+from qlwf.model import strict_json
 from qlwf.model.errors import QlwfError
 from qlwf.model.records import KIND_KEYS
 
@@ -165,10 +166,6 @@ def package_version() -> str:
         return "unknown"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def encode(message: Message) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
@@ -197,7 +194,7 @@ def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, vers
             if not line.strip():
                 continue
             try:
-                request = json.loads(line, parse_constant=_reject_constant)
+                request = strict_json.loads(line)
             except ValueError as e:
                 response: Message = {"id": None, "type": "failure", "failure": {"message": f"not JSON: {e}"}}
             else:

@@ -21,6 +21,7 @@ from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.memo import parsed_json_input
 from qlwf.model.oracle import FUNCTIONS, ORACLE_REQUEST_INVALID, consult
+from qlwf.model.strict_json import SURROGATE_ESCAPE, SURROGATE_ESCAPE_BYTES, reject_constant, unique_members
 
 _orjson: Any
 try:  # the strict fast path below; without orjson every line takes the reference path
@@ -36,7 +37,6 @@ _JSON_WS = " \t\r\n"
 _DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this long may exceed a double
 
 # What a terminal or a line-oriented reader could take as a line break or a control sequence.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 INPUTS = {
@@ -61,10 +61,6 @@ def _clip(text: str, limit: int = 40) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # Strict parsing
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name} is not JSON")
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -82,15 +78,6 @@ def _bounded_int(text: str) -> int:
         except OverflowError:
             raise ValueError(f"number {_clip(text)} overflows a double") from None
     return value
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {_clip(key)!r}")
-        obj[key] = value
-    return obj
 
 
 def _too_deep(value: Any) -> bool:
@@ -135,8 +122,6 @@ def _members_match(text: str, value: Any) -> bool:
         return False
 
 
-# A `\\uD8xx`..`\\uDFxx` escape: a surrogate written as an escape (lone, or half of a pair).
-_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 _NOT_FLAT = frozenset((dict, list, float))  # what a flat, float-free container holds none of
 
 
@@ -202,7 +187,7 @@ def _strict_orjson(data: bytes | str) -> tuple[Any] | None:
     size = len(raw) - (raw.endswith(b"\n") + raw.endswith(b"\r\n"))
     if size == len(encoded):
         return (value,)
-    if b"\\" in raw and (b"\\u003a" in raw or b"\\u003A" in raw or _SURROGATE_ESCAPE_BYTES.search(raw)):
+    if b"\\" in raw and (b"\\u003a" in raw or b"\\u003A" in raw or SURROGATE_ESCAPE_BYTES.search(raw)):
         return None
     if raw.count(b":") != encoded.count(b":"):
         return None  # a repeated key was dropped
@@ -219,7 +204,7 @@ def _fast_parse(text: str, floats: list[str]) -> Any | None:
         return _finite_float(literal)
 
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float, parse_int=_bounded_int)
+        value = json.loads(text, parse_constant=reject_constant, parse_float=parse_float, parse_int=_bounded_int)
     except (ValueError, RecursionError):
         return None
     return value if _members_match(text, value) else None
@@ -246,7 +231,7 @@ def _reference_parse(text: str) -> tuple[Any, bool]:
         if text.startswith("\ufeff"):  # the decoder's own word for it would be "Expecting value"
             raise _json_invalid("input starts with a byte order mark (U+FEFF), which strict JSON text does not "
                                 "have (RFC 8259 §8.1): save the file as UTF-8 without a BOM")
-        decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+        decoder = json.JSONDecoder(object_pairs_hook=unique_members, parse_constant=reject_constant,
                                    parse_float=parse_float, parse_int=_bounded_int)
         try:
             value = decoder.decode(text)
@@ -254,7 +239,7 @@ def _reference_parse(text: str) -> tuple[Any, bool]:
             raise _json_invalid(f"input is not valid JSON: {e}") from e
     if _too_deep(value):
         raise _json_invalid(f"input nests deeper than {MAX_DEPTH} arrays/objects")
-    if _SURROGATE_ESCAPE.search(text) is not None:  # decoded UTF-8 holds none: only an escape makes one
+    if SURROGATE_ESCAPE.search(text) is not None:  # decoded UTF-8 holds none: only an escape makes one
         try:
             canonical_json(value)  # a \ud800 escape parses to a lone surrogate, which has no UTF-8 form
         except UnicodeEncodeError as e:

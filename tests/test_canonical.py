@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from qlwf.model import canonical
+from qlwf.model import canonical, strict_json
 from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid
 
@@ -124,7 +124,7 @@ def test_repeated_keys_are_found_wherever_they_are(text: str) -> None:
     with pytest.raises(Invalid) as fast:
         cmd_oracle.parse_json(text)
     try:
-        json.loads(text, object_pairs_hook=cmd_oracle._no_duplicates, parse_constant=cmd_oracle._reject_constant)
+        json.loads(text, object_pairs_hook=strict_json.unique_members, parse_constant=strict_json.reject_constant)
     except ValueError as e:
         assert fast.value.message == f"input is not valid JSON: {e}"
     else:
@@ -142,7 +142,7 @@ json_text = st.recursive(
 def test_parse_matches_the_checking_parser(value: Any, ascii_only: bool) -> None:
     raw = json.dumps(value, ensure_ascii=ascii_only)
     got, floats = cmd_oracle.parse_json_floats(raw)
-    want = json.loads(raw, object_pairs_hook=cmd_oracle._no_duplicates)
+    want = json.loads(raw, object_pairs_hook=strict_json.unique_members)
     assert got == want and list(_walk_keys(got)) == list(_walk_keys(want))
     assert floats is _has_float(value)
 

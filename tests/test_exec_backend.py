@@ -179,6 +179,8 @@ TIMEOUT = 2.0
     ("hang-at:3", "timeout", f"no response within {TIMEOUT:g} s"),
     ("garbage-at:3", "not_json", "this is not JSON"),
     ("deep-at:3", "not_json", "nests deeper than the JSON decoder's limit"),  # a RecursionError before
+    ("dup-key-at:3", "not_json", "duplicate key 'id'"),  # json.loads kept the last "id", silently
+    ("surrogate-at:3", "not_json", "lone surrogate \\ud800"),  # `conform --json` crashed writing it
     ("wrong-id-at:3", "protocol", "does not echo the request id"),
     ("missing-keys-at:3", "protocol", "missing keys ['outcome']"),
     ("bad-change-at:3", "protocol", "removes runs ['no-such-run'], which is not in the state"),
@@ -224,12 +226,15 @@ def test_a_driver_command_is_split_as_a_shell_would(tmp_path: Path, capsys: pyte
     assert code == 0 and "PASS" in out, out
 
 
-def test_a_broken_driver_in_a_json_report(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
-    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, "garbage-at:1"]), "--traces",
+# surrogate-at: the lone surrogate reached the JSON report, whose writer raised UnicodeEncodeError
+# (exit 1, a traceback and no report) after the run had found the divergence.
+@pytest.mark.parametrize("bug", ["garbage-at:1", "surrogate-at:1"])
+def test_a_broken_driver_in_a_json_report(bug: str, capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, bug]), "--traces",
                      "2", "--json"])
     report = json.loads(capsys.readouterr().out.splitlines()[0])
     assert code == 1 and report["passed"] is False and report["driverFailure"]["problem"] == "not_json"
-    assert "garbage-at at apply 1" in report["driverFailure"]["stderrTail"]
+    assert f"{bug.split(':')[0]} at apply 1" in report["driverFailure"]["stderrTail"]
 
 
 def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.CaptureFixture[str],

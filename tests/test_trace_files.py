@@ -12,10 +12,18 @@ import pytest
 
 from qlwf.cli import main
 
+CORPUS_TRACE = Path(__file__).resolve().parent.parent / "conformance" / "corpus" / "adr0226-dependency-readied.json"
 TRACE_HEAD = '{"format":"qlwf-trace","version":1,"initialClock":1,"steps":'
 BAD_FILES: dict[str, tuple[Callable[[Path], object], str]] = {
-    "deep nesting": (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "not JSON: maximum recursion depth"),
-    "NaN": (lambda p: p.write_text('{"a": NaN}'), "not JSON: NaN is not JSON"),
+    "deep nesting": (lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+                     "not JSON: the text nests deeper than the JSON decoder's limit"),
+    "NaN": (lambda p: p.write_text('{"a": NaN}'), "not JSON: non-finite number NaN is not JSON"),
+    # a repeated name means two things to two parsers (json.loads kept the last: this one replayed)
+    "a repeated key": (lambda p: p.write_text(TRACE_HEAD + '[{"op":"command","op":"advance_time","deltaMs":5}]}'),
+                       "not JSON: duplicate key 'op'"),
+    # a real trace with an escaped lone surrogate in its plan; `replay` crashed writing its report
+    "a lone surrogate": (lambda p: p.write_text(CORPUS_TRACE.read_text("utf-8").replace('"nightly"', '"\\ud800"', 1)),
+                         "not JSON: a string holds the lone surrogate \\ud800"),
     "latin-1": (lambda p: p.write_bytes(b'{"a": "caf\xe9"}'), "unreadable: 'utf-8' codec"),
     "a 5000-digit integer": (lambda p: p.write_text('{"a": ' + "7" * 5000 + "}"), "not JSON: Exceeds the limit"),
     "a directory": (lambda p: p.mkdir(), "unreadable: [Errno 21]"),

@@ -10,6 +10,8 @@ Protocol bugs (at the Nth apply request, counted from 1):
   die-at:N      exit with status 3        hang-at:N     never answer (sleeps forever)
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
   deep-at:N     answer a JSON line nested 100,000 arrays deep
+  dup-key-at:N  answer with a repeated "id" member (the first one wrong)
+  surrogate-at:N  answer with a lone surrogate (escaped) as the status of the first changed record
   missing-keys-at:N  answer apply without its outcome
   bad-change-at:N    answer apply with a change removing a record that does not exist
   early         write a response before the first request
@@ -118,6 +120,19 @@ def main() -> int:
                 continue
             if name == "deep-at":
                 out.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+                out.flush()
+                continue
+            if name == "surrogate-at":
+                for change in response.get("changes", ()):
+                    if change["record"]:
+                        change["record"] = {**change["record"], "status": "\ud800"}
+                        break
+                out.write(json.dumps(response).encode() + b"\n")  # ASCII escapes: a lone surrogate is writable
+                out.flush()
+                continue
+            if name == "dup-key-at":
+                text = encode(response)
+                out.write(text[:1] + b'"id": 0, ' + text[1:])
                 out.flush()
                 continue
             if name == "wrong-id-at":
