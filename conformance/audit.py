@@ -9,7 +9,8 @@ first illegal step:
    `resolve_step_run_mutation` applies to the StepRun replayed so far), a terminal event only last;
 2. the Run row: counters (version = eventSequence = number of events), terminal status ⇔ terminal event;
 3. every stored StepRun: its JSON mirror equals its columns (when the reader supplies it), its digest
-   recomputes and it equals the StepRun replayed from its ledger;
+   recomputes and it equals the StepRun replayed from its ledger; every stored JSON text (when the reader
+   supplies it: SQLite) is the canonical JSON of its value, keys in the record's canonical order;
 4. the record rules of events, attempts and leases; plan, admission receipt and task receipt digests
    recompute; identifier recipes whose inputs are stored;
 5. every invariant INV-1…31 on a model State built from the Run's records alone.
@@ -17,13 +18,15 @@ first illegal step:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from qlwf.impl.readonly import MIRRORS
-from qlwf.model import ids
+from qlwf.impl.readonly import MIRRORS, STORED_JSON
+from qlwf.model import ids, strict_json
 from qlwf.model import tables as T
+from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import QlwfError
 from qlwf.model.invariants import TERMINAL_EVENT_TYPES, check_invariants, rebuild_mutation
 from qlwf.model.records import (
@@ -103,8 +106,9 @@ class RunAudit:
 
 def split_by_run(snap: Snapshot) -> dict[str, Snapshot]:
     """Each Run's records as a snapshot of its own, in the input's (key) order."""
-    out: dict[str, Snapshot] = {r["id"]: {kind: [] for kind in (*TABLES, MIRRORS)} for r in snap.get("runs", [])}
-    for kind, run_of in (*_RUN_OF.items(), (MIRRORS, lambda m: m["runId"])):
+    extra = (MIRRORS, STORED_JSON)
+    out: dict[str, Snapshot] = {r["id"]: {kind: [] for kind in (*TABLES, *extra)} for r in snap.get("runs", [])}
+    for kind, run_of in (*_RUN_OF.items(), *((k, lambda m: m["runId"]) for k in extra)):
         for record in snap.get(kind, []):
             part = out.get(run_of(record))
             if part is not None:  # a record of no stored Run: the foreign keys of storage.md §2 forbid it
@@ -133,7 +137,8 @@ def audit_run(part: Snapshot) -> RunAudit:
     walk = _Walk(run, part)
     stages: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
         ("log", walk.run), ("Run row", lambda: _run_row(run, part["events"])),
-        ("StepRuns", lambda: _stored_step_runs(part, walk.replayed)), ("records", lambda: _records(part)),
+        ("StepRuns", lambda: _stored_step_runs(part, walk.replayed)), ("stored JSON", lambda: _stored_json(part)),
+        ("records", lambda: _records(part)),
         ("digests", lambda: _digests(part)), ("identifiers", lambda: _identifiers(part)),
         ("invariants", lambda: _invariants(part)),
     ]
@@ -285,6 +290,49 @@ def _stored_step_runs(part: Snapshot, replayed: dict[str, Record]) -> Iterator[F
             keys = sorted(k for k in s if s[k] != want.get(k))
             yield Finding(s["runId"], where, "replay", f"stored row differs from the replay of its ledger "
                           f"(v{want['version']}) in {', '.join(keys)}")
+
+
+# What the model writes into a JSON column holding a record: the record normalized (keys in canonical
+# order); a payload or a needs array is written as it is.
+_JSON_RECORDS: dict[str, Callable[[Any], Record]] = {
+    "stepRun": normalize_step_run, "plan": normalize_plan, "admissionReceipt": normalize_admission_receipt,
+    "taskReceipt": normalize_task_receipt,
+}
+
+
+def _stored_json(part: Snapshot) -> Iterator[Finding]:
+    """storage.md §1: a JSON column holds the canonical JSON text (records.md §5.1) of its value. A record
+    that does not normalize is reported by the record and digest checks; its text is held to its own order."""
+    for entry in part.get(STORED_JSON, []):
+        where = f"{entry['table']}.{entry['column']} {'/'.join(map(str, entry['key']))}"
+        text = entry["text"]
+        if not isinstance(text, str):
+            yield Finding(entry["runId"], where, "json_text", f"stored as {type(text).__name__}, not as TEXT")
+            continue
+        try:
+            value = strict_json.loads(text)
+        except ValueError as e:
+            yield Finding(entry["runId"], where, "json_text", f"stored text is not strict JSON: {e}")
+            continue
+        normalize = _JSON_RECORDS.get(entry["holds"])
+        if normalize is not None:
+            with contextlib.suppress(QlwfError):
+                value = normalize(value)
+        stored, canonical = text.encode("utf-8"), canonical_json(value)
+        if stored != canonical:
+            yield Finding(entry["runId"], where, "json_text", "stored text is not the canonical JSON of its value: "
+                          + _first_difference(stored, canonical))
+
+
+def _first_difference(stored: bytes, canonical: bytes) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(stored, canonical, strict=False)) if a != b),
+              min(len(stored), len(canonical)))
+    start = max(0, at - 12)
+
+    def clip(text: bytes) -> str:
+        return ascii(text[start:at + 24].decode("utf-8", "backslashreplace"))
+
+    return f"byte {at}: stored {clip(stored)}, canonical {clip(canonical)}"
 
 
 # ------------------------------------------------------------------------------------------------

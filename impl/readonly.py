@@ -10,3 +10,8 @@ class UnreadableDatabase(Exception):
 # Snapshot key the readers add: each StepRun's stored JSON mirror, {id, runId, json}. The harness snapshot
 # rebuilds StepRuns from their columns only; storage.md §3 requires the mirror to agree with them.
 MIRRORS = "stepRunMirrors"
+# Snapshot key the SQLite reader adds: every stored JSON text, {runId, table, column, key, holds, text}
+# (`holds`: the record kind the text holds, "stepRun", "plan", "admissionReceipt", "taskReceipt", or None). storage.md
+# §1 stores TEXT holding the canonical JSON; the audit checks the text itself (decisions Q-116). PostgreSQL's
+# jsonb keeps no text (it reorders keys and keeps the last of two with one name), so its reader adds none.
+STORED_JSON = "storedJson"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import shutil
 import sqlite3
 from abc import ABC, abstractmethod
@@ -315,6 +316,56 @@ def test_sqlite_corruption_is_found(corruption: Corruption, sqlite_stores: dict[
     assert audit_snapshot(sqlite_readonly.load(path)) and all(r.ok for r in audit_snapshot(sqlite_readonly.load(path)))
     want = corruption(SqliteStore(path), lambda: sqlite_readonly.load(path))
     assert_found_alone(audit_snapshot(sqlite_readonly.load(path)), want)
+
+
+# ------------------------------------------------------------------------------------------------
+# The stored text itself (SQLite only: storage.md §1 stores the canonical JSON text; jsonb keeps no text)
+def _rewrite_text(path: Path, table: str, column: str, key_column: str, edit: Callable[[str], str]) -> str:
+    """Rewrites one JSON text of the target Run (the first by key) with `edit`; returns the row's key. The
+    value stays the same, so no CHECK of the schema can see it; they are off all the same, as a foreign
+    writer's would be."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        key, text = conn.execute(f'SELECT {key_column}, {column} FROM "{table}" WHERE run_id = ? ORDER BY '
+                                 f"{key_column} LIMIT 1", (TARGET_RUN,)).fetchone()
+        edited = edit(text)
+        assert edited != text and json.loads(edited) == json.loads(text), "the value is unchanged"
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute(f'UPDATE "{table}" SET {column} = ? WHERE {key_column} = ?', (edited, key))
+    return str(key)
+
+
+def _sorted_keys(text: str) -> str:
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _repeat_first_key(text: str) -> str:  # the repeated member comes first, so the value stays the stored one
+    first: str = next(iter(json.loads(text)))
+    return '{"' + first + '":"an earlier value",' + text[1:]
+
+
+def _escape_a_letter(text: str) -> str:  # "runId" spelled with an escape: same JSON value, other bytes
+    return text.replace('"runId"', '"run\\u0049d"', 1)
+
+
+@pytest.mark.parametrize(("table", "column", "key_column", "edit", "reason"), [
+    ("StepRuns", "step_run_json", "id", _sorted_keys, "not the canonical JSON of its value: byte 2"),
+    ("RunEvents", "payload", "id", _repeat_first_key, "not strict JSON: duplicate key"),
+    ("QingLong3PluginPackageWorkflowAdmissions", "plan_json", "plan_digest", _escape_a_letter,
+     "not the canonical JSON of its value"),
+    ("QingLong3PluginPackageWorkflowTaskAttemptAdmissions", "receipt_json", "attempt_id", _sorted_keys,
+     "not the canonical JSON of its value"),
+])
+def test_a_json_text_that_is_not_canonical_is_found(table: str, column: str, key_column: str,
+                                                    edit: Callable[[str], str], reason: str,
+                                                    sqlite_stores: dict[str, Path], tmp_path: Path) -> None:
+    """Decisions Q-116: the same value in other bytes (another key order, a repeated key, an escape) passed."""
+    path = tmp_path / "store.db"
+    shutil.copy(sqlite_stores[BASE], path)
+    key = _rewrite_text(path, table, column, key_column, edit)
+    results = audit_snapshot(sqlite_readonly.load(path))
+    assert_found_alone(results, Expected(TARGET_RUN, f"{table}.{column} {key}", "json_text"))
+    assert [f for r in results for f in r.findings if f.check == "json_text"] == [by_run(results)[TARGET_RUN].first]
+    assert reason in str(by_run(results)[TARGET_RUN].first)
 
 
 def test_an_intent_without_its_reason_still_has_the_later_identifiers_checked() -> None:

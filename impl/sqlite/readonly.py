@@ -13,12 +13,23 @@ import os
 import sqlite3
 import urllib.parse
 
-from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+from qlwf.impl.readonly import MIRRORS, STORED_JSON, UnreadableDatabase
 from qlwf.model.records import Record
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
 from .snapshot import JsonMemo, read_snapshot
 
+# Every JSON column of storage.md §2: (table, its key columns, the column, the record it holds or None for
+# a payload or a needs array); every one of these tables has run_id.
+JSON_COLUMNS: tuple[tuple[str, tuple[str, ...], str, str | None], ...] = (
+    ("StepRuns", ("id",), "step_run_json", "stepRun"),
+    ("StepRunMutations", ("mutation_id",), "step_run_json", "stepRun"),
+    ("RunEvents", ("id",), "payload", None),
+    (ADMISSIONS_TABLE, ("plan_digest",), "plan_json", "plan"),
+    (ADMISSIONS_TABLE, ("plan_digest",), "receipt_json", "admissionReceipt"),
+    (ADMISSION_STEPS_TABLE, ("plan_digest", "step_key"), "needs_json", None),
+    (TASK_RECEIPTS_TABLE, ("attempt_id",), "receipt_json", "taskReceipt"),
+)
 REQUIRED_TABLES = frozenset({"Runs", "RunAttempts", "RunDispatchLeases", "RunEvents", "StepRuns", "StepRunMutations",
                              ADMISSIONS_TABLE, ADMISSION_STEPS_TABLE, TASK_RECEIPTS_TABLE})
 
@@ -45,6 +56,17 @@ def open_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
+def stored_json_texts(conn: sqlite3.Connection) -> list[Record]:
+    """Every stored JSON text with the Run it belongs to, as stored (a value that is not TEXT as well)."""
+    out: list[Record] = []
+    for table, keys, column, holds in JSON_COLUMNS:
+        key_list = ", ".join(keys)
+        query = f'SELECT run_id, {key_list}, {column} FROM "{table}" ORDER BY {key_list}'
+        for run_id, *key, text in conn.execute(query):
+            out.append({"runId": run_id, "table": table, "column": column, "key": key, "holds": holds, "text": text})
+    return out
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
     conn = open_read_only(path)
     try:
@@ -53,6 +75,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
             snap = read_snapshot(conn, JsonMemo())
             snap[MIRRORS] = [{"id": i, "runId": r, "json": json.loads(text)} for i, r, text in conn.execute(
                 'SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id')]
+            snap[STORED_JSON] = stored_json_texts(conn)
             return snap
         finally:
             conn.execute("ROLLBACK")
