@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -204,16 +205,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is None:
             _exit_if_threads_linger(128 + signum)
         return 128 + signum
-    except BrokenPipeError:
-        if not stdio.reader_gone():
-            raise
+    except Exception as e:  # never exit 1, the code of a counterexample, for what is not one
+        return _stopped_by(e, command_of(sys.argv[1:] if argv is None else argv) or "", before)
+    finally:
+        restore()
+
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in qlwf, no verdict
+EXIT_IO = 74  # EX_IOERR: the storage under an output failed, no verdict
+
+
+def _stopped_by(e: Exception, command: str, before: frozenset[int]) -> int:
+    """The exit of a command stopped by an exception that no command turned into a verdict."""
+    if isinstance(e, BrokenPipeError) and stdio.reader_gone():
         # The reader of stdout went away (`qlwf … | head`): stop as a pipeline's writer killed by SIGPIPE
         # would, without a traceback, and with its code, not one of the verdict codes (decisions Q-114).
         stdio.discard_stdout()
         _stop_servers(before)
         return 128 + signal.SIGPIPE
-    finally:
-        restore()
+    if isinstance(e, OSError) and e.errno in stdio.IO_ERRNOS:  # a full disk is not a bug (decisions Q-117)
+        code, message = EXIT_IO, f"stopped by an I/O error, no verdict: {e}"
+    else:
+        traceback.print_exc()
+        code, message = EXIT_INTERNAL, f"internal error (a bug in qlwf), no verdict: {type(e).__name__}: {e}"
+    stdio.settle_stdout()
+    print(f"qlwf{' ' + command if command else ''}: {message}", file=sys.stderr)
+    _stop_servers(before)
+    return code
 
 
 

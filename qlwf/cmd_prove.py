@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from qlwf import stdio
 from qlwf.argtypes import output_file
 from qlwf.proofs import decode, runner
 from qlwf.proofs.mutants import BY_NAME
@@ -60,7 +61,6 @@ def main(args: argparse.Namespace) -> int:
                 if r.counterexample is not None:
                     print("\n".join(decode.describe(r.counterexample)))
     if args.counterexamples:
-        with open(args.counterexamples, "w", encoding="utf-8") as f:
-            json.dump({r.name: r.counterexample for r in results if r.counterexample is not None}, f, indent=1,
-                      ensure_ascii=False)
+        stdio.write_report(args.counterexamples, json.dumps(
+            {r.name: r.counterexample for r in results if r.counterexample is not None}, indent=1, ensure_ascii=False))
     return 0 if all(r.result == PROVED for r in results) else 1

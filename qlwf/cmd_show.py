@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from qlwf import stdio
 from qlwf.argtypes import output_file
 from qlwf.conformance.render import ShowError, build, markdown
 from qlwf.conformance.render_svg import html
@@ -50,9 +50,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"qlwf show: {args.trace}: {e}", file=sys.stderr)
         return 2
     if args.md:
-        Path(args.md).write_text(md, encoding="utf-8")
+        stdio.write_report(args.md, md)
     if page is not None:
-        Path(args.html).write_text(page, encoding="utf-8")
+        stdio.write_report(args.html, page)
     if not args.md and not args.html:
         sys.stdout.write(md)
     return 0

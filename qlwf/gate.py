@@ -18,6 +18,7 @@ No verdict logic uses `assert`, so `python -O` changes nothing.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import signal
 import threading
@@ -28,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from qlwf import stdio
 
 
 def _package_data(name: str) -> Path:
@@ -240,7 +243,7 @@ def write_json(results: list[CheckResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     report = {"verdict": {EXIT_PASSED: "passed", EXIT_FAILED: "failed"}.get(exit_code(results), "unknown"),
               "checks": [asdict(r) for r in results]}
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    stdio.write_report(path, json.dumps(report, indent=2) + "\n")
 
 
 def write_junit(results: list[CheckResult], path: Path) -> None:
@@ -267,4 +270,6 @@ def write_junit(results: list[CheckResult], path: Path) -> None:
         else:
             ET.SubElement(case, "system-out").text = r.summary
     path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    document = io.BytesIO()
+    ET.ElementTree(suite).write(document, encoding="utf-8", xml_declaration=True)
+    stdio.write_report(path, document.getvalue())

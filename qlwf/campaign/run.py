@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf import stdio
 from qlwf.progress import Progress
 
 from .executors import Executor, ShardLost
@@ -260,9 +261,9 @@ def write(summary: dict[str, Any], findings: list[Finding], out: Path) -> Path:
     if findings:
         traces.mkdir(exist_ok=True)
     for f in findings:
-        (traces / f.trace_name).write_text(f.trace_text, encoding="utf-8")
+        stdio.write_report(traces / f.trace_name, f.trace_text)
     path = out / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    stdio.write_report(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return path
 
 
