@@ -15,3 +15,6 @@ MIRRORS = "stepRunMirrors"
 # §1 stores TEXT holding the canonical JSON; the audit checks the text itself (decisions Q-116). PostgreSQL's
 # jsonb keeps no text (it reorders keys and keeps the last of two with one name), so its reader adds none.
 STORED_JSON = "storedJson"
+# Snapshot key the readers add: [{count}], how many Runs of other trigger types the database holds. ql3's
+# generic Runs table holds them beside the workflow Runs; the audit reads and audits only the latter (Q-118).
+OTHER_RUNS = "otherRuns"

@@ -1,7 +1,9 @@
 """`qlwf audit`: check every Workflow Run stored in a live SQLite or PostgreSQL database against the model.
 
-The database is opened read-only (impl/*/readonly.py); the checks are conformance/audit.py. Exit 0 only if
-every audited Run is clean, 1 if any Run has a finding, 2 on input that cannot be audited (one line).
+The database is opened read-only (impl/*/readonly.py); the checks are conformance/audit.py. Only workflow Runs
+(trigger type `plugin_package_workflow`) and their records are read: ql3's Runs table holds other Runs too.
+Exit 0 only if every audited Run is clean, 1 if any Run has a finding, 2 on input that cannot be audited (one
+line), 3 when the database holds no workflow Run (an audit of nothing is no evidence; decisions Q-118).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from typing import Any
 
 from qlwf.conformance.audit import RunAudit, Snapshot, audit_snapshot
-from qlwf.impl.readonly import UnreadableDatabase
+from qlwf.impl.readonly import OTHER_RUNS, UnreadableDatabase
 from qlwf.progress import Progress
 
 
@@ -75,12 +77,18 @@ def main(args: argparse.Namespace) -> int:
 
     results = audit_snapshot(snap, on_run=on_run, run_id=args.run)
     progress.close()
+    others = sum(o["count"] for o in snap.get(OTHER_RUNS, []))
+    not_audited = f"; {others} Runs of other trigger types not audited" if others else ""
     if args.run is not None and not results:
-        print(f"qlwf audit: no Run {args.run!r} in the database", file=sys.stderr)
+        print(f"qlwf audit: no workflow Run {args.run!r} in the database{not_audited}", file=sys.stderr)
         return 2
+    if not results:
+        print(f"qlwf audit: no workflow Run in the database{not_audited}: nothing audited, no verdict",
+              file=sys.stderr)
+        return 3
     clean = sum(r.ok for r in results)
     if args.json:
-        print(json.dumps({"ok": clean == len(results), "runs": len(results), "clean": clean,
+        print(json.dumps({"ok": clean == len(results), "runs": len(results), "clean": clean, "otherRuns": others,
                           "results": [r.to_json() for r in results]}, ensure_ascii=False))
     else:
         for r in results:
@@ -89,5 +97,5 @@ def main(args: argparse.Namespace) -> int:
             else:
                 more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
                 print(f"{r.run_id}: FAIL {r.first}{more}")
-        print(f"audit: {len(results)} Runs, {clean} clean, {len(results) - clean} with findings")
+        print(f"audit: {len(results)} Runs, {clean} clean, {len(results) - clean} with findings{not_audited}")
     return 0 if clean == len(results) else 1

@@ -162,6 +162,7 @@ class SqliteStore(Store):
 
 
 _PG_TABLES = {"Runs": "ql3.runs", "RunEvents": "ql3.run_events", "StepRuns": "ql3.step_runs",
+              "RunAttempts": "ql3.run_attempts",
               "RunDispatchLeases": "ql3.run_dispatch_leases", "StepRunMutations": "ql3.step_run_mutations"}
 
 
@@ -368,6 +369,63 @@ def test_a_json_text_that_is_not_canonical_is_found(table: str, column: str, key
     assert reason in str(by_run(results)[TARGET_RUN].first)
 
 
+# ------------------------------------------------------------------------------------------------
+# Runs of other trigger types (decisions Q-118)
+OTHER_RUN_IDS = ("cron-1", "manual-2")
+
+
+def add_runs_of_other_trigger_types(store: Store) -> None:
+    """What a live ql3 database holds beside workflow Runs: a cron Run with an event and an attempt of its
+    own shape, and a manual Run that ended. None of them is the model's; before Q-118 the audit called each
+    a failing workflow Run (no admission, no terminal event), so every real database audited with exit 1."""
+    run_columns = ("id, project_id, task_id, task_revision, trigger_type, execution_origin, execution_owner, "
+                   "status, version, event_sequence, created_at_ms, finished_at_ms")
+    store.write([
+        (f"INSERT INTO {store.table('Runs')} ({run_columns}) VALUES "
+         "(?, 'proj-1', 'backup', 'r1', 'cron', 'scheduled_system', 'runtime', 'running', 1, 1, 5, NULL)",
+         (OTHER_RUN_IDS[0],)),
+        (f"INSERT INTO {store.table('Runs')} ({run_columns}) VALUES "
+         "(?, 'proj-1', 'sync', 'r1', 'manual', 'manual', 'runtime', 'succeeded', 0, 0, 5, 9)", (OTHER_RUN_IDS[1],)),
+        (f"INSERT INTO {store.table('RunEvents')} (id, run_id, sequence, type, actor_type, payload, created_at_ms) "
+         "VALUES ('cron-1-e1', ?, 1, 'run.started', 'scheduler', '{\"note\":\"legacy\"}', 6)", (OTHER_RUN_IDS[0],)),
+        (f"INSERT INTO {store.table('RunAttempts')} (id, run_id, attempt, status, executor_type, callback_sequence, "
+         "created_at_ms) VALUES ('cron-1-a1', ?, 1, 'running', 'shell', 0, 6)", (OTHER_RUN_IDS[0],)),
+    ])
+
+
+def assert_others_not_audited(load: Callable[[], dict[str, Any]], argv: list[str],
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    results = audit_snapshot(load())
+    assert results and all(r.ok for r in results), [str(r.first) for r in results if r.first]
+    assert not {r.run_id for r in results} & set(OTHER_RUN_IDS)
+    assert cli_main(["audit", *argv]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("; 2 Runs of other trigger types not audited")
+    assert cli_main(["audit", *argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["otherRuns"] == 2
+    assert cli_main(["audit", *argv, "--run", OTHER_RUN_IDS[0]]) == 2
+    assert "no workflow Run 'cron-1' in the database" in capsys.readouterr().err
+
+
+def test_runs_of_other_trigger_types_are_not_audited_on_sqlite(sqlite_stores: dict[str, Path], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "store.db"
+    shutil.copy(sqlite_stores[BASE], path)
+    add_runs_of_other_trigger_types(SqliteStore(path))
+    assert_others_not_audited(lambda: sqlite_readonly.load(path), ["--sqlite", str(path)], capsys)
+
+
+def test_a_database_without_a_workflow_run_is_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An audit of nothing is no evidence: exit 3, not the 0 of "every Run is clean" (Q-118)."""
+    path = tmp_path / "empty.db"
+    SqliteAdapter(str(path)).close()  # the layout, no Run
+    assert cli_main(["audit", "--sqlite", str(path)]) == 3
+    assert capsys.readouterr().err == "qlwf audit: no workflow Run in the database: nothing audited, no verdict\n"
+    add_runs_of_other_trigger_types(SqliteStore(path))
+    assert cli_main(["audit", "--sqlite", str(path), "--json"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "" and "; 2 Runs of other trigger types not audited: nothing audited" in captured.err
+
+
 def test_an_intent_without_its_reason_still_has_the_later_identifiers_checked() -> None:
     """The cancel request id recipe needs the stored reason: without it that one recipe is skipped (INV-14 reports
     the unpaired intent), and the identifiers of the events after it are still checked."""
@@ -503,16 +561,25 @@ def test_postgres_corruption_is_found(corruption: Corruption, pg_backend: Postgr
 
 
 @pytest.mark.postgres
+def test_runs_of_other_trigger_types_are_not_audited_on_postgres(pg_backend: PostgresBackend,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    write_postgres(pg_backend, BASE)
+    add_runs_of_other_trigger_types(PgStore(pg_backend))
+    dsn = pg_backend.database.conninfo
+    assert_others_not_audited(lambda: pg_readonly.load(dsn), ["--pg", dsn], capsys)
+
+
+@pytest.mark.postgres
 def test_the_postgres_audit_reads_in_a_read_only_transaction(pg_backend: PostgresBackend,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     write_postgres(pg_backend, BASE)
     dsn = pg_backend.database.conninfo
     seen: list[bool] = []
 
-    def spy(conn: PgSession) -> dict[str, Any]:
+    def spy(conn: PgSession, **kwargs: Any) -> dict[str, Any]:
         row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
         seen.append(row is not None and row[0] == "on")
-        return read_snapshot(conn)
+        return read_snapshot(conn, **kwargs)
 
     monkeypatch.setattr(pg_readonly, "read_snapshot", spy)
     assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn)))

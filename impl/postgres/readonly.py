@@ -12,12 +12,13 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from qlwf.impl.readonly import MIRRORS, UnreadableDatabase
+from qlwf.impl.readonly import MIRRORS, OTHER_RUNS, UnreadableDatabase
 from qlwf.model.records import Record
+from qlwf.model.tables import TRIGGER_TYPE
 
-from .codec import ALL_TABLES, STEP_RUNS_TABLE
+from .codec import ALL_TABLES, RUNS_TABLE, STEP_RUNS_TABLE
 from .session import PgSession
-from .snapshot import read_snapshot
+from .snapshot import read_snapshot, workflow_rows
 
 _CONNECT_TIMEOUT_S = 10
 
@@ -57,9 +58,14 @@ def load(dsn: str) -> dict[str, list[Record]]:
         check_layout(conn)
         if not transaction_read_only(conn):  # a pooler or server setting that overrides the session's
             raise UnreadableDatabase("the server did not open a READ ONLY transaction")
-        snap = read_snapshot(PgSession(conn))  # inside the REPEATABLE READ READ ONLY transaction opened above
+        # inside the REPEATABLE READ READ ONLY transaction opened above
+        snap = read_snapshot(PgSession(conn), workflow_only=True)
         snap[MIRRORS] = [{"id": i, "runId": r, "json": j} for i, r, j in conn.execute(
-            f'SELECT id, run_id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"')]
+            workflow_rows(f'SELECT id, run_id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"'),
+            (TRIGGER_TYPE,))]
+        row = conn.execute(f"SELECT count(*) FROM {RUNS_TABLE} WHERE trigger_type IS DISTINCT FROM %s",
+                           (TRIGGER_TYPE,)).fetchone()
+        snap[OTHER_RUNS] = [{"count": row[0] if row else 0}]
         return snap
     except psycopg.Error as e:
         raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e

@@ -14,6 +14,7 @@ from typing import Any
 
 from qlwf.impl.commands import columns
 from qlwf.model.records import Record
+from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import (
     ADMISSION_STEP_COLUMNS,
@@ -24,6 +25,7 @@ from .codec import (
     LEASES,
     MUTATIONS,
     RUNS,
+    RUNS_TABLE,
     STEP_RUNS,
     TASK_RECEIPTS_TABLE,
     Table,
@@ -85,13 +87,24 @@ class RowMemo:
         return found
 
 
+def workflow_rows(sql: str, runs: bool = False) -> str:
+    """`sql` (`SELECT … FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) restricted
+    to workflow data, as impl/sqlite/snapshot.py `workflow_rows` (decisions Q-118). One parameter: the
+    workflow trigger type."""
+    head, order = sql.rsplit(" ORDER BY ", 1)
+    where = "trigger_type = %s" if runs else f"run_id IN (SELECT id FROM {RUNS_TABLE} WHERE trigger_type = %s)"
+    return f"{head} WHERE {where} ORDER BY {order}"
+
+
 def read_snapshot(conn: PgSession, kinds: frozenset[str] | None = None,
-                  memo: RowMemo | None = None) -> dict[str, list[Record]]:
-    """Every kind (or only `kinds`, still one round trip) in canonical form."""
+                  memo: RowMemo | None = None, workflow_only: bool = False) -> dict[str, list[Record]]:
+    """Every kind (or only `kinds`, still one round trip) in canonical form; with `workflow_only`, only the
+    workflow Runs' records (the harness's stores hold nothing else; a live ql3 database does)."""
     chosen = list(_KINDS) if kinds is None else [k for k in _KINDS if k in kinds]
     if not chosen:
         return {}
-    results = conn.fetch_each([(_KINDS[k][0], ()) for k in chosen])
+    results = conn.fetch_each([(workflow_rows(_KINDS[k][0], k == "runs"), (TRIGGER_TYPE,)) if workflow_only
+                               else (_KINDS[k][0], ()) for k in chosen])
     if memo is None:
         return {kind: [_KINDS[kind][1](r) for r in rows] for kind, rows in zip(chosen, results, strict=True)}
     return {kind: [memo.record(kind, r, _KINDS[kind][1]) for r in rows]

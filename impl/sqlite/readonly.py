@@ -13,11 +13,12 @@ import os
 import sqlite3
 import urllib.parse
 
-from qlwf.impl.readonly import MIRRORS, STORED_JSON, UnreadableDatabase
+from qlwf.impl.readonly import MIRRORS, OTHER_RUNS, STORED_JSON, UnreadableDatabase
 from qlwf.model.records import Record
+from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
-from .snapshot import JsonMemo, read_snapshot
+from .snapshot import JsonMemo, read_snapshot, workflow_rows
 
 # Every JSON column of storage.md §2: (table, its key columns, the column, the record it holds or None for
 # a payload or a needs array); every one of these tables has run_id.
@@ -61,8 +62,8 @@ def stored_json_texts(conn: sqlite3.Connection) -> list[Record]:
     out: list[Record] = []
     for table, keys, column, holds in JSON_COLUMNS:
         key_list = ", ".join(keys)
-        query = f'SELECT run_id, {key_list}, {column} FROM "{table}" ORDER BY {key_list}'
-        for run_id, *key, text in conn.execute(query):
+        query = workflow_rows(f'SELECT run_id, {key_list}, {column} FROM "{table}" ORDER BY {key_list}')
+        for run_id, *key, text in conn.execute(query, (TRIGGER_TYPE,)):
             out.append({"runId": run_id, "table": table, "column": column, "key": key, "holds": holds, "text": text})
     return out
 
@@ -72,10 +73,13 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
     try:
         conn.execute("BEGIN DEFERRED")
         try:
-            snap = read_snapshot(conn, JsonMemo())
+            snap = read_snapshot(conn, JsonMemo(), workflow_only=True)
             snap[MIRRORS] = [{"id": i, "runId": r, "json": json.loads(text)} for i, r, text in conn.execute(
-                'SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id')]
+                workflow_rows('SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id'),
+                (TRIGGER_TYPE,))]
             snap[STORED_JSON] = stored_json_texts(conn)
+            (others,), = conn.execute('SELECT count(*) FROM "Runs" WHERE trigger_type IS NOT ?', (TRIGGER_TYPE,))
+            snap[OTHER_RUNS] = [{"count": others}]
             return snap
         finally:
             conn.execute("ROLLBACK")
