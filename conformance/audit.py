@@ -10,7 +10,8 @@ first illegal step:
 2. the Run row: counters (version = eventSequence = number of events), terminal status ⇔ terminal event;
 3. every stored StepRun: its JSON mirror equals its columns (when the reader supplies it), its digest
    recomputes and it equals the StepRun replayed from its ledger; every stored JSON text (when the reader
-   supplies it: SQLite) is the canonical JSON of its value, keys in the record's canonical order;
+   supplies it: SQLite) is the canonical JSON of its value, keys in the record's canonical order; every
+   column of the generic Run, attempt and lease tables beyond storage.md §2 is NULL (§9);
 4. the record rules of events, attempts and leases; plan, admission receipt and task receipt digests
    recompute; identifier recipes whose inputs are stored;
 5. every invariant INV-1…31 on a model State built from the Run's records alone.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from qlwf.impl.readonly import MIRRORS, STORED_JSON
+from qlwf.impl.readonly import EXTRA_VALUES, MIRRORS, STORED_JSON
 from qlwf.model import ids, strict_json
 from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_json
@@ -106,7 +107,7 @@ class RunAudit:
 
 def split_by_run(snap: Snapshot) -> dict[str, Snapshot]:
     """Each Run's records as a snapshot of its own, in the input's (key) order."""
-    extra = (MIRRORS, STORED_JSON)
+    extra = (MIRRORS, STORED_JSON, EXTRA_VALUES)
     out: dict[str, Snapshot] = {r["id"]: {kind: [] for kind in (*TABLES, *extra)} for r in snap.get("runs", [])}
     for kind, run_of in (*_RUN_OF.items(), *((k, lambda m: m["runId"]) for k in extra)):
         for record in snap.get(kind, []):
@@ -138,7 +139,7 @@ def audit_run(part: Snapshot) -> RunAudit:
     stages: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
         ("log", walk.run), ("Run row", lambda: _run_row(run, part["events"])),
         ("StepRuns", lambda: _stored_step_runs(part, walk.replayed)), ("stored JSON", lambda: _stored_json(part)),
-        ("records", lambda: _records(part)),
+        ("extra columns", lambda: _extra_columns(part)), ("records", lambda: _records(part)),
         ("digests", lambda: _digests(part)), ("identifiers", lambda: _identifiers(part)),
         ("invariants", lambda: _invariants(part)),
     ]
@@ -322,6 +323,16 @@ def _stored_json(part: Snapshot) -> Iterator[Finding]:
         if stored != canonical:
             yield Finding(entry["runId"], where, "json_text", "stored text is not the canonical JSON of its value: "
                           + _first_difference(stored, canonical))
+
+
+def _extra_columns(part: Snapshot) -> Iterator[Finding]:
+    """storage.md §9: a column the generic Run, attempt or lease table has beyond the v1 subset is always
+    NULL for workflow data (the model cannot say what such a value means, so it must not be there)."""
+    for entry in part.get(EXTRA_VALUES, []):
+        where = "Run" if entry["kind"] == "runs" else f"{entry['kind'][:-1]} {entry['key']}"  # attempt ID, lease ID
+        yield Finding(entry["runId"], where, "storage",
+                      f"column {entry['column']} (not in storage.md §2) holds a value; §9 allows such a column "
+                      "only if it is always NULL for workflow data")
 
 
 def _first_difference(stored: bytes, canonical: bytes) -> str:

@@ -18,3 +18,16 @@ STORED_JSON = "storedJson"
 # Snapshot key the readers add: [{count}], how many Runs of other trigger types the database holds. ql3's
 # generic Runs table holds them beside the workflow Runs; the audit reads and audits only the latter (Q-118).
 OTHER_RUNS = "otherRuns"
+# Snapshot key the readers add: every value in a column of the generic Run, attempt and lease tables outside
+# the v1 subset, {runId, kind, key, column}; storage.md §9 allows such columns only if always NULL for
+# workflow data (Q-119).
+EXTRA_VALUES = "extraColumnValues"
+# The generic ql3 tables §9 lets an implementation widen: snapshot kind, key column, the Run's id column.
+GENERIC_TABLES: tuple[tuple[str, str, str], ...] = (("runs", "id", "id"), ("attempts", "id", "run_id"),
+                                                    ("leases", "attempt_id", "run_id"))
+
+
+def quote_identifier(name: str) -> str:
+    """A column name from the catalog as an SQL identifier (both dialects)."""
+    return '"' + name.replace('"', '""') + '"'
+

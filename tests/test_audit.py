@@ -129,6 +129,10 @@ class Store(ABC):
     def json_key_set(self, column: str, key: str) -> str:
         """Per dialect."""
 
+    @abstractmethod
+    def schema(self, statements: list[str]) -> None:
+        """DDL, per dialect, committed."""
+
     json_param = "?"
 
 
@@ -159,6 +163,11 @@ class SqliteStore(Store):
 
     def json_key_set(self, column: str, key: str) -> str:
         return f"json_set({column}, '$.{key}', ?)"
+
+    def schema(self, statements: list[str]) -> None:
+        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
+            for sql in statements:
+                conn.execute(sql)
 
 
 _PG_TABLES = {"Runs": "ql3.runs", "RunEvents": "ql3.run_events", "StepRuns": "ql3.step_runs",
@@ -205,6 +214,11 @@ class PgStore(Store):
 
     def json_key_set(self, column: str, key: str) -> str:
         return f"jsonb_set({column}, '{{{key}}}', to_jsonb(?::text))"
+
+    def schema(self, statements: list[str]) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for sql in statements:
+                conn.execute(sql)
 
 
 Corruption = Callable[[Store, Callable[[], dict[str, Any]]], Expected]
@@ -426,6 +440,41 @@ def test_a_database_without_a_workflow_run_is_no_verdict(tmp_path: Path, capsys:
     assert captured.out == "" and "; 2 Runs of other trigger types not audited: nothing audited" in captured.err
 
 
+# ------------------------------------------------------------------------------------------------
+# Columns beyond the v1 subset (storage.md §9; decisions Q-119)
+EXTRA_COLUMNS = {"Runs": ("node_id", "id", "Run"), "RunAttempts": ("log_path", "id", "attempt {}"),
+                 "RunDispatchLeases": ("shard", "attempt_id", "lease {}")}
+
+
+def widen_the_generic_tables(store: Store) -> list[str]:
+    """ql3's generic tables with one more nullable column each, as §9 allows; returns the DDL that undoes it."""
+    store.schema([f"ALTER TABLE {store.table(t)} ADD COLUMN {c} {'TEXT' if store.dialect == 'sqlite' else 'text'}"
+                  for t, (c, _, _) in EXTRA_COLUMNS.items()])
+    return [f"ALTER TABLE {store.table(t)} DROP COLUMN {c}" for t, (c, _, _) in EXTRA_COLUMNS.items()]
+
+
+def fill_an_extra_column(store: Store, table: str) -> Expected:
+    """One row of the target Run gets a value in its table's extra column: §9 allows none for workflow data."""
+    column, key, where = EXTRA_COLUMNS[table]
+    run_column = "id" if table == "Runs" else "run_id"
+    (row_key,), = store.rows(f"SELECT min({key}) FROM {store.table(table)} WHERE {run_column} = ?", TARGET_RUN)
+    store.write([(f"UPDATE {store.table(table)} SET {column} = 'set by a foreign writer' WHERE {key} = ?",
+                  (row_key,))])
+    return Expected(TARGET_RUN, where.format(row_key), "storage")
+
+
+@pytest.mark.parametrize("table", list(EXTRA_COLUMNS))
+def test_a_value_in_a_column_beyond_the_v1_subset_is_found(table: str, sqlite_stores: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    shutil.copy(sqlite_stores[BASE], path)
+    store = SqliteStore(path)
+    widen_the_generic_tables(store)
+    assert all(r.ok for r in audit_snapshot(sqlite_readonly.load(path))), "NULL in an extra column is allowed"
+    want = fill_an_extra_column(store, table)
+    assert_found_alone(audit_snapshot(sqlite_readonly.load(path)), want)
+
+
 def test_an_intent_without_its_reason_still_has_the_later_identifiers_checked() -> None:
     """The cancel request id recipe needs the stored reason: without it that one recipe is skipped (INV-14 reports
     the unpaired intent), and the identifiers of the events after it are still checked."""
@@ -567,6 +616,21 @@ def test_runs_of_other_trigger_types_are_not_audited_on_postgres(pg_backend: Pos
     add_runs_of_other_trigger_types(PgStore(pg_backend))
     dsn = pg_backend.database.conninfo
     assert_others_not_audited(lambda: pg_readonly.load(dsn), ["--pg", dsn], capsys)
+
+
+@pytest.mark.postgres
+def test_a_value_in_a_column_beyond_the_v1_subset_is_found_on_postgres(pg_backend: PostgresBackend) -> None:
+    write_postgres(pg_backend, BASE)
+    store = PgStore(pg_backend)
+    undo = widen_the_generic_tables(store)
+    try:
+        dsn = pg_backend.database.conninfo
+        assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn))), "NULL in an extra column is allowed"
+        wanted = [fill_an_extra_column(store, table) for table in EXTRA_COLUMNS]
+        found = by_run(audit_snapshot(pg_readonly.load(dsn)))[TARGET_RUN].findings
+        assert sorted((f.where, f.check) for f in found) == sorted((w.where, w.check) for w in wanted)
+    finally:
+        store.schema(undo)
 
 
 @pytest.mark.postgres

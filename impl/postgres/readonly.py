@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from qlwf.impl.readonly import MIRRORS, OTHER_RUNS, UnreadableDatabase
+from qlwf.impl.readonly import EXTRA_VALUES, GENERIC_TABLES, MIRRORS, OTHER_RUNS, UnreadableDatabase, quote_identifier
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
-from .codec import ALL_TABLES, RUNS_TABLE, STEP_RUNS_TABLE
+from .codec import ALL_TABLES, ATTEMPTS, LEASES, RUNS, RUNS_TABLE, STEP_RUNS_TABLE
 from .session import PgSession
 from .snapshot import read_snapshot, workflow_rows
 
@@ -52,6 +52,26 @@ def transaction_read_only(conn: psycopg.Connection[Any]) -> bool:
     return row is not None and row[0] == "on"
 
 
+_TABLES = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}
+
+
+def extra_column_values(conn: psycopg.Connection[Any]) -> list[Record]:
+    """Every non-NULL value of a workflow Run's row in a column outside the v1 subset (storage.md §9)."""
+    out: list[Record] = []
+    for kind, key, run in GENERIC_TABLES:
+        table = _TABLES[kind]
+        schema, name = table.name.split(".")
+        present = [c for (c,) in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                               "table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                                               (schema, name))]
+        for column in (c for c in present if c not in table.columns):
+            query = workflow_rows(f'SELECT {run}, {key} FROM {table.name} ORDER BY {key} COLLATE "C"',
+                                  kind == "runs", also=f"{quote_identifier(column).replace('%', '%%')} IS NOT NULL")
+            out += [{"runId": r, "kind": kind, "key": k, "column": column}
+                    for r, k in conn.execute(query, (TRIGGER_TYPE,))]
+    return out
+
+
 def load(dsn: str) -> dict[str, list[Record]]:
     conn = open_read_only(dsn)
     try:
@@ -66,6 +86,7 @@ def load(dsn: str) -> dict[str, list[Record]]:
         row = conn.execute(f"SELECT count(*) FROM {RUNS_TABLE} WHERE trigger_type IS DISTINCT FROM %s",
                            (TRIGGER_TYPE,)).fetchone()
         snap[OTHER_RUNS] = [{"count": row[0] if row else 0}]
+        snap[EXTRA_VALUES] = extra_column_values(conn)
         return snap
     except psycopg.Error as e:
         raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e

@@ -87,13 +87,13 @@ class RowMemo:
         return found
 
 
-def workflow_rows(sql: str, runs: bool = False) -> str:
+def workflow_rows(sql: str, runs: bool = False, also: str = "") -> str:
     """`sql` (`SELECT … FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) restricted
     to workflow data, as impl/sqlite/snapshot.py `workflow_rows` (decisions Q-118). One parameter: the
     workflow trigger type."""
     head, order = sql.rsplit(" ORDER BY ", 1)
     where = "trigger_type = %s" if runs else f"run_id IN (SELECT id FROM {RUNS_TABLE} WHERE trigger_type = %s)"
-    return f"{head} WHERE {where} ORDER BY {order}"
+    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {order}"
 
 
 def read_snapshot(conn: PgSession, kinds: frozenset[str] | None = None,

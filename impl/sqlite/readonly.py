@@ -13,11 +13,19 @@ import os
 import sqlite3
 import urllib.parse
 
-from qlwf.impl.readonly import MIRRORS, OTHER_RUNS, STORED_JSON, UnreadableDatabase
+from qlwf.impl.readonly import (
+    EXTRA_VALUES,
+    GENERIC_TABLES,
+    MIRRORS,
+    OTHER_RUNS,
+    STORED_JSON,
+    UnreadableDatabase,
+    quote_identifier,
+)
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
-from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, TASK_RECEIPTS_TABLE
+from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, ATTEMPTS, LEASES, RUNS, TASK_RECEIPTS_TABLE
 from .snapshot import JsonMemo, read_snapshot, workflow_rows
 
 # Every JSON column of storage.md §2: (table, its key columns, the column, the record it holds or None for
@@ -68,6 +76,23 @@ def stored_json_texts(conn: sqlite3.Connection) -> list[Record]:
     return out
 
 
+_CODECS = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}
+
+
+def extra_column_values(conn: sqlite3.Connection) -> list[Record]:
+    """Every non-NULL value of a workflow Run's row in a column outside the v1 subset (storage.md §9)."""
+    out: list[Record] = []
+    for kind, key, run in GENERIC_TABLES:
+        codec = _CODECS[kind]
+        present = [name for _, name, *_ in conn.execute(f'PRAGMA table_info("{codec.table}")')]
+        for column in (c for c in present if c not in codec.columns):
+            query = workflow_rows(f'SELECT {run}, {key} FROM "{codec.table}" ORDER BY {key}', kind == "runs",
+                                  also=f"{quote_identifier(column)} IS NOT NULL")
+            out += [{"runId": r, "kind": kind, "key": k, "column": column}
+                    for r, k in conn.execute(query, (TRIGGER_TYPE,))]
+    return out
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
     conn = open_read_only(path)
     try:
@@ -80,6 +105,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
             snap[STORED_JSON] = stored_json_texts(conn)
             (others,), = conn.execute('SELECT count(*) FROM "Runs" WHERE trigger_type IS NOT ?', (TRIGGER_TYPE,))
             snap[OTHER_RUNS] = [{"count": others}]
+            snap[EXTRA_VALUES] = extra_column_values(conn)
             return snap
         finally:
             conn.execute("ROLLBACK")

@@ -84,14 +84,14 @@ READERS: dict[str, tuple[str, Decode]] = {
 }
 
 
-def workflow_rows(sql: str, runs: bool = False) -> str:
+def workflow_rows(sql: str, runs: bool = False, also: str = "") -> str:
     """`sql` (`SELECT … FROM table ORDER BY …` of a table with run_id, or of "Runs" itself) restricted to
     workflow data: ql3's generic Runs table also holds Runs of other trigger types (cron, manual, …), with
     their attempts and events, which are none of the model's. One parameter: the workflow trigger type
-    (decisions Q-118)."""
+    (decisions Q-118). `also`: a further condition, ANDed."""
     head, order = sql.rsplit(" ORDER BY ", 1)
     where = "trigger_type = ?" if runs else 'run_id IN (SELECT id FROM "Runs" WHERE trigger_type = ?)'
-    return f"{head} WHERE {where} ORDER BY {order}"
+    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {order}"
 
 
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
