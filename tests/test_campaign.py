@@ -20,7 +20,7 @@ import pytest
 from qlwf.conformance.mutants.manifest import by_name
 from qlwf.conformance.trace import from_json, load
 
-from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor
+from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor, run_shard_of
 from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, report, summarize
 from qlwf.campaign.shards import (
     KINDS,
@@ -445,6 +445,67 @@ def test_dask_losing_a_worker_or_the_scheduler_loses_shards_not_the_campaign(
     assert errors["oracle#3"].startswith("lost: FutureCancelledError: ")  # no scheduler left to run it
     assert [s["name"] for s in summary["shards"]["list"]] == ["oracle#0", "oracle#1", "oracle#2", "oracle#3"]
     assert summary["shards"]["list"][0]["examples"] == summary["shards"]["list"][2]["examples"] == 200
+
+
+# Worker start-up scripts (Dask's preload) that give a worker another qlwf than this checkout's.
+NO_QLWF = """import sys
+for name in [m for m in sys.modules if m == "qlwf" or m.startswith("qlwf.")]:
+    del sys.modules[name]
+
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name == "qlwf" or name.startswith("qlwf."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+
+sys.meta_path.insert(0, Refuse())
+"""
+OTHER_QLWF = """import qlwf.campaign.code_digest as source
+source.code_digest = lambda: "0" * 64
+"""
+
+
+@pytest.mark.parametrize(("preload", "said"), [
+    (NO_QLWF, "cannot run qlwf: Exception: ModuleNotFoundError(\"No module named 'qlwf"),
+    (OTHER_QLWF, "run another qlwf than this checkout (source digest 000000000000, here "),
+])
+def test_dask_workers_without_this_checkouts_qlwf_are_refused_at_once(
+        preload: str, said: str, dask_cluster: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Decisions Q-120: a worker that cannot import qlwf never answered for its shards, so the campaign waited
+    out its deadline and said only "no shard completed"; one with another qlwf answered for another model."""
+    from qlwf.cli import main
+
+    script = tmp_path / "preload.py"
+    script.write_text(preload, encoding="utf-8")
+    with local_cluster(tmp_path / "scratch", n_workers=1, **{"distributed.worker.preload": [str(script)]}) as cluster:
+        started = time.monotonic()
+        code = main(["campaign", "--minutes", "5", "--scheduler", cluster.scheduler_address, "--kinds", "oracle",
+                     "--seed", "1", "--out", str(tmp_path / "out")])
+        assert time.monotonic() - started < 60, "refused at once, not at the deadline"
+    assert code == 2
+    assert said in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_a_shard_sent_to_a_worker_with_another_qlwf_is_lost(fragile_dask_cluster: Any, tmp_path: Path) -> None:
+    """A worker that joins after the start is held to the campaign's source digest by each shard it runs."""
+
+    class Stale(DaskExecutor):
+        def submit(self, shard: Shard) -> Any:
+            if shard.index == 1:  # as if shard 1 went to a worker with another qlwf
+                return self._client.submit(run_shard_of, shard, "0" * 64, pure=False)
+            return super().submit(shard)
+
+    cfg = CampaignConfig(minutes=5, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=3,
+                         on_cluster=True)
+    code, summary = campaign(cfg, lambda: Stale(fragile_dask_cluster.scheduler_address), out=io.StringIO())
+    assert code == 3 and summary["verdict"] == "unknown"
+    errors = {e["shard"]: e["error"] for e in summary["errors"]}
+    assert list(errors) == ["oracle#1"]
+    assert errors["oracle#1"].startswith("lost: OtherCode: this worker runs another qlwf (source digest ")
+    assert errors["oracle#1"].endswith("the campaign's 000000000000): install the campaign's checkout on every worker")
 
 
 @pytest.mark.postgres

@@ -14,12 +14,25 @@ from typing import Any, Protocol
 
 from qlwf.conformance.fork_pool import ForkPool, Outcome
 
+from .code_digest import code_digest
 from .shards import Shard, ShardResult, error_line, run_shard
 
 
 class ClusterUnavailable(Exception):
     """--scheduler given, but dask.distributed is not installed, the address is not one, or the
     scheduler does not answer."""
+
+
+class OtherCode(Exception):
+    """A worker runs another qlwf than the campaign that sent it a shard (decisions Q-120)."""
+
+
+def run_shard_of(shard: Shard, digest: str) -> ShardResult:
+    """run_shard on a worker that runs the very source the campaign planned the shard with."""
+    if code_digest() != digest:
+        raise OtherCode(f"this worker runs another qlwf (source digest {code_digest()[:12]}, the campaign's "
+                        f"{digest[:12]}): install the campaign's checkout on every worker")
+    return run_shard(shard)
 
 
 class ShardLost(Exception):
@@ -123,13 +136,32 @@ class DaskExecutor:
             raise ClusterUnavailable(f"no Dask scheduler answers at {address}: {e}") from e
         except Exception as e:  # anything else Client refuses the address with
             raise ClusterUnavailable(f"cannot use the Dask scheduler at {address}: {error_line(e)}") from e
+        self._digest = code_digest()
+        self._check_workers(address)
         threads = sum(self._client.nthreads().values())
         self.workers = max(1, threads)  # shards in flight; with no worker yet they wait for one to join
         self.where = f"the Dask cluster at {address} ({threads} worker thread(s) at the start)"
 
+    def _check_workers(self, address: str) -> None:
+        """Every worker there now imports qlwf, and the same source as this process: a worker that cannot
+        load a shard never answers for it (the campaign would wait out its deadline), and one with another
+        qlwf answers for another model. A worker that joins later is held to the digest by each shard."""
+        try:
+            digests: dict[str, str] = self._client.run(code_digest)
+        except Exception as e:
+            self._client.close()
+            raise ClusterUnavailable(f"the Dask workers at {address} cannot run qlwf: {error_line(e)}") from e
+        others = sorted(worker for worker, digest in digests.items() if digest != self._digest)
+        if others:
+            self._client.close()
+            raise ClusterUnavailable(f"Dask worker(s) {', '.join(others)} run another qlwf than this checkout "
+                                     f"(source digest {digests[others[0]][:12]}, here {self._digest[:12]}): "
+                                     "install this checkout on every worker")
+
     def submit(self, shard: Shard) -> Any:
         # pure=False: a shard re-submitted by another campaign must run again, not be served from memory
-        return self._client.submit(run_shard, shard, pure=False, key=f"qlwf-campaign-{shard.index}-{id(shard)}")
+        return self._client.submit(run_shard_of, shard, self._digest, pure=False,
+                                   key=f"qlwf-campaign-{shard.index}-{id(shard)}")
 
     def wait_any(self, handles: Iterable[Any], timeout: float) -> set[Any]:
         # dask.distributed.wait needs a default client, which a library must not install behind its caller
