@@ -47,8 +47,11 @@ def write_report(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write a report file whole or not at all (decisions Q-117): into a temporary file beside it, then
     renamed over it. If that fails, neither a partial report nor an earlier run's is left at `path`
     (a CI job reading it must not take a stale "passed" for this run's), and the OSError names `path`.
-    A target that is not a regular file (a device, a pipe) is written directly."""
+    A target that is not a regular file (a device, a pipe) is written directly; a symbolic link is written
+    through, as open() would."""
     target = os.fspath(path)
+    if os.path.islink(target):  # the rename replaces the file the link names, not the link
+        target = os.path.realpath(target)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
         if os.path.exists(target) and not os.path.isfile(target):

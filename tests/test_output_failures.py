@@ -94,6 +94,17 @@ def test_a_report_is_replaced_whole_with_the_mode_a_new_file_gets(tmp_path: Path
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
 
+def test_a_report_through_a_symbolic_link_lands_where_the_link_points(tmp_path: Path) -> None:
+    real = tmp_path / "reports" / "junit.xml"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "junit.xml"
+    link.symlink_to(real)
+    stdio.write_report(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert sorted(p.name for p in real.parent.iterdir()) == ["junit.xml"]
+
+
 def test_a_failed_rename_removes_the_temporary_file_and_the_old_report(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "r.json"
