@@ -20,7 +20,7 @@ first illegal step:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,8 +123,14 @@ def audit_snapshot(snap: Snapshot, on_run: Callable[[RunAudit], None] | None = N
     parts = split_by_run(snap)
     if run_id is not None:
         parts = {run_id: parts[run_id]} if run_id in parts else {}
+    return audit_parts(parts.values(), on_run)
+
+
+def audit_parts(parts: Iterable[Snapshot], on_run: Callable[[RunAudit], None] | None = None) -> list[RunAudit]:
+    """Audit each part (one Run's records, as `split_by_run` or a reader's Run-by-Run read makes them) as it
+    comes, so no more than one Run's records need be held (decisions Q-121)."""
     results = []
-    for part in parts.values():
+    for part in parts:
         result = audit_run(part)
         results.append(result)
         if on_run is not None:

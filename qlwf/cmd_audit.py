@@ -12,10 +12,11 @@ import argparse
 import json
 import sys
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
-from qlwf.conformance.audit import RunAudit, Snapshot, audit_snapshot
-from qlwf.impl.readonly import OTHER_RUNS, UnreadableDatabase
+from qlwf.conformance.audit import RunAudit, audit_parts
+from qlwf.impl.readonly import StoredRuns, UnreadableDatabase
 from qlwf.progress import Progress
 
 
@@ -53,31 +54,30 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
-def _load(args: argparse.Namespace) -> Snapshot:
+def _open(args: argparse.Namespace) -> AbstractContextManager[StoredRuns]:
     if args.sqlite is not None:
         from qlwf.impl.sqlite import readonly as sqlite_readonly
 
-        return sqlite_readonly.load(args.sqlite)
+        return sqlite_readonly.open_runs(args.sqlite)
     from qlwf.impl.postgres import readonly as pg_readonly  # psycopg only when asked for
 
-    return pg_readonly.load(args.pg)
+    return pg_readonly.open_runs(args.pg)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        snap = _load(args)
+        with _open(args) as stored:  # Run by Run: the memory of the largest Run, not of the database
+            progress = AuditProgress("audit", 1 if args.run is not None else stored.workflow_runs)
+
+            def on_run(result: RunAudit) -> None:
+                progress.advance(steps=result.events)
+
+            results = audit_parts(stored.parts(args.run), on_run=on_run)
+            progress.close()
+            others = stored.other_runs
     except UnreadableDatabase as e:
         print(f"qlwf audit: {e}", file=sys.stderr)
         return 2
-    total = 1 if args.run is not None else len(snap.get("runs", []))
-    progress = AuditProgress("audit", total)
-
-    def on_run(result: RunAudit) -> None:
-        progress.advance(steps=result.events)
-
-    results = audit_snapshot(snap, on_run=on_run, run_id=args.run)
-    progress.close()
-    others = sum(o["count"] for o in snap.get(OTHER_RUNS, []))
     not_audited = f"; {others} Runs of other trigger types not audited" if others else ""
     if args.run is not None and not results:
         print(f"qlwf audit: no workflow Run {args.run!r} in the database{not_audited}", file=sys.stderr)

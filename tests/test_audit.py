@@ -28,8 +28,6 @@ from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
 from qlwf.impl.postgres.conformance import PostgresBackend
 from qlwf.impl.postgres.server import PgServer, unique_database_name
-from qlwf.impl.postgres.session import PgSession
-from qlwf.impl.postgres.snapshot import read_snapshot
 from qlwf.impl.readonly import UnreadableDatabase
 from qlwf.impl.sqlite import readonly as sqlite_readonly
 from qlwf.impl.sqlite.adapter import SqliteAdapter
@@ -639,13 +637,14 @@ def test_the_postgres_audit_reads_in_a_read_only_transaction(pg_backend: Postgre
     write_postgres(pg_backend, BASE)
     dsn = pg_backend.database.conninfo
     seen: list[bool] = []
+    read = pg_readonly.PgRuns.parts
 
-    def spy(conn: PgSession, **kwargs: Any) -> dict[str, Any]:
-        row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+    def spy(self: pg_readonly.PgRuns, run_id: str | None = None) -> Iterator[dict[str, list[Record]]]:
+        row = self.conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
         seen.append(row is not None and row[0] == "on")
-        return read_snapshot(conn, **kwargs)
+        return read(self, run_id)
 
-    monkeypatch.setattr(pg_readonly, "read_snapshot", spy)
+    monkeypatch.setattr(pg_readonly.PgRuns, "parts", spy)
     assert all(r.ok for r in audit_snapshot(pg_readonly.load(dsn)))
     assert seen == [True]
     conn = pg_readonly.open_read_only(dsn)

@@ -8,17 +8,28 @@ database. The transaction is rolled back, never committed.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from qlwf.impl.readonly import EXTRA_VALUES, GENERIC_TABLES, MIRRORS, OTHER_RUNS, UnreadableDatabase, quote_identifier
+from qlwf.impl.readonly import (
+    EXTRA_VALUES,
+    GENERIC_TABLES,
+    MIRRORS,
+    Part,
+    Stream,
+    UnreadableDatabase,
+    extra_values,
+    merge_by_run,
+    quote_identifier,
+    whole,
+)
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import ALL_TABLES, ATTEMPTS, LEASES, RUNS, RUNS_TABLE, STEP_RUNS_TABLE
-from .session import PgSession
-from .snapshot import read_snapshot, workflow_rows
+from .snapshot import KINDS, by_workflow_run
 
 _CONNECT_TIMEOUT_S = 10
 
@@ -53,47 +64,93 @@ def transaction_read_only(conn: psycopg.Connection[Any]) -> bool:
 
 
 _TABLES = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}
+_FETCH = 1000  # rows per round trip of each server-side cursor
 
 
-def extra_column_values(conn: psycopg.Connection[Any]) -> list[Record]:
-    """Every non-NULL value of a workflow Run's row in a column outside the v1 subset (storage.md §9)."""
-    out: list[Record] = []
-    for kind, key, run in GENERIC_TABLES:
-        table = _TABLES[kind]
-        schema, name = table.name.split(".")
-        present = [c for (c,) in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
-                                               "table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-                                               (schema, name))]
-        for column in (c for c in present if c not in table.columns):
-            query = workflow_rows(f'SELECT {run}, {key} FROM {table.name} ORDER BY {key} COLLATE "C"',
-                                  kind == "runs", also=f"{quote_identifier(column).replace('%', '%%')} IS NOT NULL")
-            out += [{"runId": r, "kind": kind, "key": k, "column": column}
-                    for r, k in conn.execute(query, (TRIGGER_TYPE,))]
-    return out
+class PgRuns:
+    """The workflow Runs of one PostgreSQL database, read Run by Run inside the connection's REPEATABLE READ
+    READ ONLY transaction (one consistent view of a live database): every kind through a server-side cursor
+    of its own, ordered by run id, so the client holds one Run at a time (decisions Q-121)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._cursors = 0
+        self._open: list[psycopg.ServerCursor[Any]] = []
+        counts = conn.execute(f"SELECT count(*) FILTER (WHERE trigger_type = %s), "
+                              f"count(*) FILTER (WHERE trigger_type IS DISTINCT FROM %s) FROM {RUNS_TABLE}",
+                              (TRIGGER_TYPE, TRIGGER_TYPE)).fetchone()
+        self.workflow_runs: int = counts[0] if counts else 0
+        self.other_runs: int = counts[1] if counts else 0
+
+    def parts(self, run_id: str | None = None) -> Iterator[Part]:
+        try:
+            runs_sql, decode_run = KINDS["runs"]
+            runs = _decoded(self._query(runs_sql, True, run_id), decode_run)
+            yield from merge_by_run(runs, self._streams(run_id))
+        except psycopg.Error as e:
+            raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e
+        except (RecursionError, ValueError) as e:  # jsonb holds what json.loads refuses (decisions Q-108)
+            raise UnreadableDatabase("not a readable qlwf/ql3 PostgreSQL database: a stored JSON value Python "
+                                     f"cannot decode: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+        finally:  # however the read ends (done, a bad row, the caller stopping early): the server's cursors go
+            for cursor in self._open:
+                with contextlib.suppress(psycopg.Error):
+                    cursor.close()
+            self._open.clear()
+
+    def _query(self, sql: str, runs: bool, run_id: str | None, also: str = "") -> Iterator[tuple[Any, ...]]:
+        conditions = [c for c in (also, ("id" if runs else "run_id") + " = %s" if run_id is not None else "") if c]
+        params = (TRIGGER_TYPE, *((run_id,) if run_id is not None else ()))
+        self._cursors += 1
+        cursor = self.conn.cursor(name=f"qlwf_audit_{self._cursors}")
+        self._open.append(cursor)
+        cursor.itersize = _FETCH
+        cursor.execute(by_workflow_run(sql, runs, " AND ".join(conditions)), params)
+        return iter(cursor)
+
+    def _streams(self, run_id: str | None) -> list[Stream]:
+        streams: list[Stream] = [(kind, _decoded(self._query(sql, False, run_id), decode))
+                                 for kind, (sql, decode) in KINDS.items() if kind != "runs"]
+        mirrors = self._query(f'SELECT id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"', False,
+                              run_id)
+        streams.append((MIRRORS, ((row[0], {"id": row[1], "runId": row[0], "json": row[2]}) for row in mirrors)))
+        for kind, key, _ in GENERIC_TABLES:
+            table = _TABLES[kind]
+            schema, name = table.name.split(".")
+            present = [c for (c,) in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "ORDER BY ordinal_position", (schema, name))]
+            for column in (c for c in present if c not in table.columns):
+                values = self._query(f'SELECT {key} FROM {table.name} ORDER BY {key} COLLATE "C"', kind == "runs",
+                                     run_id, also=f"{quote_identifier(column).replace('%', '%%')} IS NOT NULL")
+                streams.append((EXTRA_VALUES, extra_values(values, kind, column)))
+        return streams
 
 
-def load(dsn: str) -> dict[str, list[Record]]:
+def _decoded(rows: Iterator[tuple[Any, ...]], decode: Callable[[tuple[Any, ...]], Record]
+             ) -> Iterator[tuple[str, Record]]:
+    for row in rows:
+        yield row[0], decode(row[1:])
+
+
+@contextlib.contextmanager
+def open_runs(dsn: str) -> Iterator[PgRuns]:
+    """The database at `dsn`, read-only, as its workflow Runs to read one by one."""
     conn = open_read_only(dsn)
     try:
         check_layout(conn)
         if not transaction_read_only(conn):  # a pooler or server setting that overrides the session's
             raise UnreadableDatabase("the server did not open a READ ONLY transaction")
-        # inside the REPEATABLE READ READ ONLY transaction opened above
-        snap = read_snapshot(PgSession(conn), workflow_only=True)
-        snap[MIRRORS] = [{"id": i, "runId": r, "json": j} for i, r, j in conn.execute(
-            workflow_rows(f'SELECT id, run_id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"'),
-            (TRIGGER_TYPE,))]
-        row = conn.execute(f"SELECT count(*) FROM {RUNS_TABLE} WHERE trigger_type IS DISTINCT FROM %s",
-                           (TRIGGER_TYPE,)).fetchone()
-        snap[OTHER_RUNS] = [{"count": row[0] if row else 0}]
-        snap[EXTRA_VALUES] = extra_column_values(conn)
-        return snap
+        yield PgRuns(conn)
     except psycopg.Error as e:
         raise UnreadableDatabase(f"not a readable qlwf/ql3 PostgreSQL database: {str(e).strip()}") from e
-    except (RecursionError, ValueError) as e:  # jsonb holds what json.loads refuses (decisions Q-108)
-        raise UnreadableDatabase("not a readable qlwf/ql3 PostgreSQL database: a stored JSON value Python cannot "
-                                 f"decode: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
         with contextlib.suppress(psycopg.Error):  # nothing to keep: the read never wrote
             conn.rollback()
         conn.close()
+
+
+def load(dsn: str) -> dict[str, list[Record]]:
+    """Every workflow Run's records in one snapshot (tests, small stores); `qlwf audit` reads Run by Run."""
+    with open_runs(dsn) as stored:
+        return whole(stored)

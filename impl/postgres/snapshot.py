@@ -14,7 +14,6 @@ from typing import Any
 
 from qlwf.impl.commands import columns
 from qlwf.model.records import Record
-from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import (
     ADMISSION_STEP_COLUMNS,
@@ -48,7 +47,7 @@ def _table(table: Table) -> Callable[[Row], Record]:
 
 
 # Per snapshot kind, in the port's kind order: its SELECT (jsonb as text) and how a row becomes a record.
-_KINDS: dict[str, tuple[str, Callable[[Row], Record]]] = {
+KINDS: dict[str, tuple[str, Callable[[Row], Record]]] = {
     "admissions": (f"SELECT plan_digest, plan_json::text, receipt_json::text FROM {ADMISSIONS_TABLE} "
                    'ORDER BY plan_digest COLLATE "C"',
                    lambda r: {"planDigest": r[0], "plan": plan_value(json.loads(r[1])),
@@ -87,25 +86,26 @@ class RowMemo:
         return found
 
 
-def workflow_rows(sql: str, runs: bool = False, also: str = "") -> str:
-    """`sql` (`SELECT … FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) restricted
-    to workflow data, as impl/sqlite/snapshot.py `workflow_rows` (decisions Q-118). One parameter: the
-    workflow trigger type."""
+def by_workflow_run(sql: str, runs: bool = False, also: str = "") -> str:
+    """`sql` (`SELECT cols FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) as rows
+    (run id, cols…) of workflow Runs only, ordered by run id (COLLATE "C": code-point order) first, as
+    impl/sqlite/snapshot.py `by_workflow_run` (decisions Q-118, Q-121). First parameter: the workflow trigger
+    type; `also`: a further condition, ANDed, whose parameters follow."""
     head, order = sql.rsplit(" ORDER BY ", 1)
+    run = "id" if runs else "run_id"
     where = "trigger_type = %s" if runs else f"run_id IN (SELECT id FROM {RUNS_TABLE} WHERE trigger_type = %s)"
-    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {order}"
+    head = head.replace("SELECT ", f"SELECT {run}, ", 1)
+    return f'{head} WHERE {where}{" AND " + also if also else ""} ORDER BY {run} COLLATE "C", {order}'
 
 
 def read_snapshot(conn: PgSession, kinds: frozenset[str] | None = None,
-                  memo: RowMemo | None = None, workflow_only: bool = False) -> dict[str, list[Record]]:
-    """Every kind (or only `kinds`, still one round trip) in canonical form; with `workflow_only`, only the
-    workflow Runs' records (the harness's stores hold nothing else; a live ql3 database does)."""
-    chosen = list(_KINDS) if kinds is None else [k for k in _KINDS if k in kinds]
+                  memo: RowMemo | None = None) -> dict[str, list[Record]]:
+    """Every kind (or only `kinds`, still one round trip) in canonical form."""
+    chosen = list(KINDS) if kinds is None else [k for k in KINDS if k in kinds]
     if not chosen:
         return {}
-    results = conn.fetch_each([(workflow_rows(_KINDS[k][0], k == "runs"), (TRIGGER_TYPE,)) if workflow_only
-                               else (_KINDS[k][0], ()) for k in chosen])
+    results = conn.fetch_each([(KINDS[k][0], ()) for k in chosen])
     if memo is None:
-        return {kind: [_KINDS[kind][1](r) for r in rows] for kind, rows in zip(chosen, results, strict=True)}
-    return {kind: [memo.record(kind, r, _KINDS[kind][1]) for r in rows]
+        return {kind: [KINDS[kind][1](r) for r in rows] for kind, rows in zip(chosen, results, strict=True)}
+    return {kind: [memo.record(kind, r, KINDS[kind][1]) for r in rows]
             for kind, rows in zip(chosen, results, strict=True)}

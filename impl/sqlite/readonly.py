@@ -1,4 +1,4 @@
-"""Open a SQLite ql3 database read-only and read it back as a snapshot (`qlwf audit`).
+"""Open a SQLite ql3 database read-only and read its workflow Runs back one by one (`qlwf audit`).
 
 The file is opened through a `file:PATH?mode=ro` URI, so SQLite itself refuses every write; `query_only`
 refuses them a second time. A read-only connection to a WAL database may create an empty `-wal` and the
@@ -8,25 +8,32 @@ changed. The whole read is one deferred transaction: one consistent view of a li
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import urllib.parse
+from collections.abc import Iterator
+from typing import Any
 
 from qlwf.impl.readonly import (
     EXTRA_VALUES,
     GENERIC_TABLES,
     MIRRORS,
-    OTHER_RUNS,
     STORED_JSON,
+    Part,
+    Stream,
     UnreadableDatabase,
+    extra_values,
+    merge_by_run,
     quote_identifier,
+    whole,
 )
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, ATTEMPTS, LEASES, RUNS, TASK_RECEIPTS_TABLE
-from .snapshot import JsonMemo, read_snapshot, workflow_rows
+from .snapshot import READERS, Decode, JsonMemo, by_workflow_run
 
 # Every JSON column of storage.md §2: (table, its key columns, the column, the record it holds or None for
 # a payload or a needs array); every one of these tables has run_id.
@@ -65,51 +72,81 @@ def open_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
-def stored_json_texts(conn: sqlite3.Connection) -> list[Record]:
-    """Every stored JSON text with the Run it belongs to, as stored (a value that is not TEXT as well)."""
-    out: list[Record] = []
-    for table, keys, column, holds in JSON_COLUMNS:
-        key_list = ", ".join(keys)
-        query = workflow_rows(f'SELECT run_id, {key_list}, {column} FROM "{table}" ORDER BY {key_list}')
-        for run_id, *key, text in conn.execute(query, (TRIGGER_TYPE,)):
-            out.append({"runId": run_id, "table": table, "column": column, "key": key, "holds": holds, "text": text})
-    return out
+class SqliteRuns:
+    """The workflow Runs of one SQLite database, read Run by Run inside one deferred transaction (one
+    consistent view of a live database): every kind in one pass, ordered by run id (decisions Q-121)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self.conn = conn
+        self.path = path
+        self.parse = JsonMemo(1_000)  # small: Runs rarely share a text, and the read holds one Run at a time
+        (self.workflow_runs,), = conn.execute('SELECT count(*) FROM "Runs" WHERE trigger_type = ?', (TRIGGER_TYPE,))
+        (self.other_runs,), = conn.execute('SELECT count(*) FROM "Runs" WHERE trigger_type IS NOT ?',
+                                           (TRIGGER_TYPE,))
+
+    def parts(self, run_id: str | None = None) -> Iterator[Part]:
+        try:
+            yield from merge_by_run(self._rows(READERS["runs"], True, run_id), self._streams(run_id))
+        except (sqlite3.Error, ValueError, RecursionError) as e:  # missing columns, malformed JSON text
+            raise UnreadableDatabase(f"{self.path}: not a readable qlwf/ql3 SQLite database: {e}") from e
+
+    def _query(self, sql: str, runs: bool, run_id: str | None, also: str = "") -> Iterator[tuple[Any, ...]]:
+        conditions = [c for c in (also, ("id" if runs else "run_id") + " = ?" if run_id is not None else "") if c]
+        params = (TRIGGER_TYPE, *((run_id,) if run_id is not None else ()))
+        return iter(self.conn.execute(by_workflow_run(sql, runs, " AND ".join(conditions)), params))
+
+    def _rows(self, reader: tuple[str, Decode], runs: bool, run_id: str | None) -> Iterator[tuple[str, Record]]:
+        sql, decode = reader
+        return ((row[0], decode(row[1:], self.parse)) for row in self._query(sql, runs, run_id))
+
+    def _streams(self, run_id: str | None) -> list[Stream]:
+        streams: list[Stream] = [(kind, self._rows(reader, False, run_id))
+                                 for kind, reader in READERS.items() if kind != "runs"]
+        streams.append((MIRRORS, ((row[0], {"id": row[1], "runId": row[0], "json": json.loads(row[2])})
+                                  for row in self._query('SELECT id, step_run_json FROM "StepRuns" ORDER BY id',
+                                                         False, run_id))))
+        for table, keys, column, holds in JSON_COLUMNS:
+            key_list = ", ".join(keys)
+            texts = self._query(f'SELECT {key_list}, {column} FROM "{table}" ORDER BY {key_list}', False, run_id)
+            streams.append((STORED_JSON, stored_texts(texts, table, column, holds)))
+        for kind, key, _ in GENERIC_TABLES:
+            codec = _CODECS[kind]
+            present = [name for _, name, *_ in self.conn.execute(f'PRAGMA table_info("{codec.table}")')]
+            for column in (c for c in present if c not in codec.columns):
+                values = self._query(f'SELECT {key} FROM "{codec.table}" ORDER BY {key}', kind == "runs", run_id,
+                                     also=f"{quote_identifier(column)} IS NOT NULL")
+                streams.append((EXTRA_VALUES, extra_values(values, kind, column)))
+        return streams
 
 
 _CODECS = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}
 
 
-def extra_column_values(conn: sqlite3.Connection) -> list[Record]:
-    """Every non-NULL value of a workflow Run's row in a column outside the v1 subset (storage.md §9)."""
-    out: list[Record] = []
-    for kind, key, run in GENERIC_TABLES:
-        codec = _CODECS[kind]
-        present = [name for _, name, *_ in conn.execute(f'PRAGMA table_info("{codec.table}")')]
-        for column in (c for c in present if c not in codec.columns):
-            query = workflow_rows(f'SELECT {run}, {key} FROM "{codec.table}" ORDER BY {key}', kind == "runs",
-                                  also=f"{quote_identifier(column)} IS NOT NULL")
-            out += [{"runId": r, "kind": kind, "key": k, "column": column}
-                    for r, k in conn.execute(query, (TRIGGER_TYPE,))]
-    return out
+def stored_texts(rows: Iterator[tuple[Any, ...]], table: str, column: str,
+                 holds: str | None) -> Iterator[tuple[str, Record]]:
+    """STORED_JSON entries of one JSON column (a function, so that each stream keeps its own column)."""
+    for row in rows:
+        yield row[0], {"runId": row[0], "table": table, "column": column, "key": list(row[1:-1]), "holds": holds,
+                       "text": row[-1]}
 
 
-def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
+@contextlib.contextmanager
+def open_runs(path: str | os.PathLike[str]) -> Iterator[SqliteRuns]:
+    """The database at `path`, read-only, as its workflow Runs to read one by one."""
     conn = open_read_only(path)
     try:
         conn.execute("BEGIN DEFERRED")
         try:
-            snap = read_snapshot(conn, JsonMemo(), workflow_only=True)
-            snap[MIRRORS] = [{"id": i, "runId": r, "json": json.loads(text)} for i, r, text in conn.execute(
-                workflow_rows('SELECT id, run_id, step_run_json FROM "StepRuns" ORDER BY id'),
-                (TRIGGER_TYPE,))]
-            snap[STORED_JSON] = stored_json_texts(conn)
-            (others,), = conn.execute('SELECT count(*) FROM "Runs" WHERE trigger_type IS NOT ?', (TRIGGER_TYPE,))
-            snap[OTHER_RUNS] = [{"count": others}]
-            snap[EXTRA_VALUES] = extra_column_values(conn)
-            return snap
+            yield SqliteRuns(conn, os.fspath(path))
         finally:
             conn.execute("ROLLBACK")
-    except (sqlite3.Error, ValueError, RecursionError) as e:  # missing columns or tables, malformed JSON text
+    except sqlite3.Error as e:  # missing tables or columns at the first counts
         raise UnreadableDatabase(f"{os.fspath(path)}: not a readable qlwf/ql3 SQLite database: {e}") from e
     finally:
         conn.close()
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, list[Record]]:
+    """Every workflow Run's records in one snapshot (tests, small stores); `qlwf audit` reads Run by Run."""
+    with open_runs(path) as stored:
+        return whole(stored)

@@ -7,8 +7,6 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from qlwf.model.tables import TRIGGER_TYPE
-
 from .codec import (
     ADMISSION_STEP_COLUMNS,
     ADMISSION_STEPS_TABLE,
@@ -84,22 +82,23 @@ READERS: dict[str, tuple[str, Decode]] = {
 }
 
 
-def workflow_rows(sql: str, runs: bool = False, also: str = "") -> str:
-    """`sql` (`SELECT … FROM table ORDER BY …` of a table with run_id, or of "Runs" itself) restricted to
-    workflow data: ql3's generic Runs table also holds Runs of other trigger types (cron, manual, …), with
-    their attempts and events, which are none of the model's. One parameter: the workflow trigger type
-    (decisions Q-118). `also`: a further condition, ANDed."""
+def by_workflow_run(sql: str, runs: bool = False, also: str = "") -> str:
+    """`sql` (`SELECT cols FROM table ORDER BY …` of a table with run_id, or of "Runs" itself) as rows
+    (run id, cols…) of workflow Runs only, ordered by run id first: ql3's generic Runs table also holds Runs of
+    other trigger types (cron, manual, …), with their attempts and events, which are none of the model's
+    (decisions Q-118, Q-121). First parameter: the workflow trigger type; `also`: a further condition, ANDed,
+    whose parameters follow."""
     head, order = sql.rsplit(" ORDER BY ", 1)
+    run = "id" if runs else "run_id"
     where = "trigger_type = ?" if runs else 'run_id IN (SELECT id FROM "Runs" WHERE trigger_type = ?)'
-    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {order}"
+    head = head.replace("SELECT ", f"SELECT {run}, ", 1)
+    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {run}, {order}"
 
 
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
-                  kinds: frozenset[str] | None = None, workflow_only: bool = False) -> dict[str, list[Record]]:
-    """Every record kind (or only `kinds`) sorted by its key; with `workflow_only`, only the workflow Runs'
-    records (the harness's stores hold nothing else; a live ql3 database does)."""
-    return {kind: [decode(row, parse) for row in (conn.execute(workflow_rows(sql, kind == "runs"), (TRIGGER_TYPE,))
-                                                  if workflow_only else conn.execute(sql))]
+                  kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
+    """Every record kind (or only `kinds`) sorted by its key."""
+    return {kind: [decode(row, parse) for row in conn.execute(sql)]
             for kind, (sql, decode) in READERS.items() if kinds is None or kind in kinds}
 
 
