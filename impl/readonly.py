@@ -53,7 +53,11 @@ def merge_by_run(runs: Iterable[tuple[str, Record]], streams: Sequence[Stream]) 
     memory of its largest Run (decisions Q-121). A row whose run id falls between two Runs' belongs to no
     workflow Run and is passed over, as `split_by_run` leaves it out of every part."""
     heads = [(key, _Head(iter(rows))) for key, rows in streams]
+    previous: str | None = None
     for run_id, run in runs:
+        if previous is not None and run_id <= previous:  # the merge would misplace rows: refuse, do not guess
+            raise ValueError(f"Runs not in code-point order of their ids ({previous!r}, then {run_id!r})")
+        previous = run_id
         part: Part = {key: [] for key in PART_KEYS}
         part["runs"].append(run)
         for key, head in heads:
@@ -69,14 +73,19 @@ class _Head:
         self._rows = rows
         self._next = next(rows, None)
 
+    def _advance(self, before: str) -> None:
+        self._next = next(self._rows, None)
+        if self._next is not None and self._next[0] < before:  # the merge would misplace rows: refuse
+            raise ValueError(f"rows not in code-point order of their run ids ({before!r}, then {self._next[0]!r})")
+
     def skip_before(self, run_id: str) -> None:
         while self._next is not None and self._next[0] < run_id:
-            self._next = next(self._rows, None)
+            self._advance(self._next[0])
 
     def take(self, run_id: str) -> Iterator[Record]:
         while self._next is not None and self._next[0] == run_id:
             yield self._next[1]
-            self._next = next(self._rows, None)
+            self._advance(run_id)
 
 
 class StoredRuns(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from qlwf.impl.readonly import PART_KEYS, merge_by_run
@@ -30,3 +31,14 @@ def test_each_row_lands_in_its_runs_part_in_stream_order(run_ids: list[str],
                 continue
             want: list[dict[str, Any]] = [r for k, stream in rows if k == key for run, r in stream if run == rid]
             assert part[key] == want
+
+
+@pytest.mark.parametrize(("runs", "rows"), [
+    (["a", "b"], [("a", 1), ("b", 2), ("a", 3)]),  # a stream that goes back: its row would be skipped
+    (["b", "a"], []),  # Runs out of order
+    (["a", "a"], []),  # a Run twice
+    (["A", "a"], [("a", 1), ("A", 2)]),  # case-insensitive order (a NOCASE column) is not code-point order
+])
+def test_rows_out_of_code_point_order_are_refused_not_misplaced(runs: list[str], rows: list[tuple[str, int]]) -> None:
+    with pytest.raises(ValueError, match="not in code-point order"):
+        list(merge_by_run(((r, {"id": r}) for r in runs), [("events", ((r, {"n": n}) for r, n in rows))]))

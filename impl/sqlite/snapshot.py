@@ -92,7 +92,8 @@ def by_workflow_run(sql: str, runs: bool = False, also: str = "") -> str:
     run = "id" if runs else "run_id"
     where = "trigger_type = ?" if runs else 'run_id IN (SELECT id FROM "Runs" WHERE trigger_type = ?)'
     head = head.replace("SELECT ", f"SELECT {run}, ", 1)
-    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {run}, {order}"
+    # BINARY spelled out: a foreign schema may declare the column NOCASE, and the merge needs code-point order
+    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {run} COLLATE BINARY, {order}"
 
 
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
