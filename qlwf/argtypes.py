@@ -59,3 +59,18 @@ def output_file(text: str) -> str:
     if problem is not None:
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: {problem}")
     return text
+
+
+def same_output(args: argparse.Namespace, *flags: str) -> str | None:
+    """Why two output flags may not be given together (one file, two reports, the last overwriting the
+    first: decisions Q-122), or None. `flags` are option names (`--json`); unset ones are ignored."""
+    given = [(flag, getattr(args, flag.lstrip("-").replace("-", "_"))) for flag in flags]
+    seen: dict[str, str] = {}
+    for flag, value in given:
+        if value is None:
+            continue
+        where = os.path.realpath(value)
+        if where in seen:
+            return f"{seen[where]} and {flag} name the same file ({value!r}): each report needs its own"
+        seen[where] = flag
+    return None

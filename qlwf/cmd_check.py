@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from qlwf.argtypes import output_file, seconds_up_to
+from qlwf.argtypes import output_file, same_output, seconds_up_to
 from qlwf.checks import CHECKS, LEGS
 from qlwf.gate import EXIT_USAGE, exit_code, render_counts, render_table, run_checks, write_json, write_junit
 
@@ -17,6 +17,9 @@ DEFAULT_CHECK_TIMEOUT = {"quick": 300.0, "full": 1200.0}
 
 
 def run(args: argparse.Namespace) -> int:
+    if (clash := same_output(args, "--json", "--junit")) is not None:  # before minutes of checks, not after
+        print(f"qlwf check: {clash}", file=sys.stderr)
+        return EXIT_USAGE
     selected = [c for c in CHECKS if not args.only or c.name in args.only]
     unknown = set(args.only or ()) - {c.name for c in CHECKS}
     if unknown:

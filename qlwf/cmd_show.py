@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from qlwf import stdio
-from qlwf.argtypes import output_file
+from qlwf.argtypes import output_file, same_output
 from qlwf.conformance.render import ShowError, build, markdown
 from qlwf.conformance.render_svg import html
 from qlwf.conformance.trace import TraceFormatError, load
@@ -42,6 +42,9 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if (clash := same_output(args, "--md", "--html")) is not None:
+        print(f"qlwf show: {clash}", file=sys.stderr)
+        return 2
     try:
         view = build(load(args.trace))
         md = markdown(view, args.step)

@@ -60,3 +60,21 @@ def test_an_unwritable_directory_is_refused(tmp_path: Path) -> None:
         output_dir(str(locked / "out"))
     with pytest.raises(argparse.ArgumentTypeError, match="is not writable"):
         output_file(str(locked / "r.json"))
+
+
+# Decisions Q-122: two reports named by one path were both written, the second over the first, so a CI job
+# reading the JSON report found the JUnit XML (and the run had said nothing).
+@pytest.mark.parametrize(("argv", "message"), [
+    (["check", "--only", "spec-vectors", "--json", "r.out", "--junit", "./r.out"],
+     "qlwf check: --json and --junit name the same file ('./r.out'): each report needs its own"),
+    (["show", "TRACE", "--md", "page", "--html", "link-to-page"],
+     "qlwf show: --md and --html name the same file ('link-to-page'): each report needs its own"),
+])
+def test_two_reports_on_one_path_are_refused_before_any_work(
+        places: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    trace = Path(__file__).resolve().parent.parent / "conformance" / "corpus" / "adr0226-dependency-readied.json"
+    (places / "link-to-page").symlink_to(places / "page")  # a dangling link: the page is not written yet
+    assert main([str(trace) if a == "TRACE" else a for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == message + "\n" and captured.out == ""
+    assert sorted(p.name for p in places.iterdir()) == ["a-dir", "a-file", "link-to-page"], "nothing was written"
