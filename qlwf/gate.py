@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import signal
 import threading
 import time
@@ -246,6 +247,17 @@ def write_json(results: list[CheckResult], path: Path) -> None:
     stdio.write_report(path, json.dumps(report, indent=2) + "\n")
 
 
+# What XML 1.0 cannot carry, not even as a character reference (§2.2): the C0 controls but tab, newline and
+# carriage return, surrogates, U+FFFE and U+FFFF. A driver's coloured stderr (ESC) in a check's details made
+# the whole JUnit report not well-formed, so CI lost every result, the failing one first (decisions Q-123).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` with every character XML 1.0 cannot carry written as its Python escape (`\\x1b`)."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
 def write_junit(results: list[CheckResult], path: Path) -> None:
     # JUnit has no "unknown": it is reported as an error (the gate is red), distinct from a failure.
     suite = ET.Element("testsuite", name="qlwf-gate", tests=str(len(results)),
@@ -253,22 +265,23 @@ def write_junit(results: list[CheckResult], path: Path) -> None:
                        errors=str(sum(r.status == "unknown" for r in results)),
                        skipped=str(sum(r.status == "skipped" for r in results)),
                        time=f"{sum(r.seconds for r in results):.3f}")
+    x = _xml_text
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname="qlwf.gate", name=r.name, time=f"{r.seconds:.3f}")
+        case = ET.SubElement(suite, "testcase", classname="qlwf.gate", name=x(r.name), time=f"{r.seconds:.3f}")
         if r.evidence or r.floors:
             props = ET.SubElement(case, "properties")
             for key, value in r.evidence.items():
-                ET.SubElement(props, "property", name=f"evidence.{key}", value=str(value))
+                ET.SubElement(props, "property", name=x(f"evidence.{key}"), value=x(str(value)))
             for key, value in r.floors.items():
-                ET.SubElement(props, "property", name=f"floor.{key}", value=str(value))
+                ET.SubElement(props, "property", name=x(f"floor.{key}"), value=x(str(value)))
         if r.status == "failed":
-            ET.SubElement(case, "failure", message=r.summary).text = "\n".join(r.details)
+            ET.SubElement(case, "failure", message=x(r.summary)).text = x("\n".join(r.details))
         elif r.status == "unknown":
-            ET.SubElement(case, "error", type="unknown", message=r.summary).text = "\n".join(r.gaps)
+            ET.SubElement(case, "error", type="unknown", message=x(r.summary)).text = x("\n".join(r.gaps))
         elif r.status == "skipped":
-            ET.SubElement(case, "skipped", message=r.summary)
+            ET.SubElement(case, "skipped", message=x(r.summary))
         else:
-            ET.SubElement(case, "system-out").text = r.summary
+            ET.SubElement(case, "system-out").text = x(r.summary)
     path.parent.mkdir(parents=True, exist_ok=True)
     document = io.BytesIO()
     ET.ElementTree(suite).write(document, encoding="utf-8", xml_declaration=True)

@@ -18,6 +18,7 @@ from qlwf.gate import (
     EXIT_PASSED,
     EXIT_UNKNOWN,
     Check,
+    CheckResult,
     Evidence,
     NoEvidence,
     exit_code,
@@ -85,6 +86,21 @@ def test_verdicts_rest_on_evidence(tmp_path: Path) -> None:
     assert case is not None and case.find("error[@type='unknown']") is not None
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props == {"evidence.n": "1", "floor.n": "2"}
+
+
+def test_the_junit_report_stays_well_formed_whatever_a_check_says(tmp_path: Path) -> None:
+    """Decisions Q-123: a failing check whose details held a driver's coloured stderr (ESC), a NUL or a lone
+    surrogate made the whole report not well-formed XML, so CI's JUnit reader lost every result."""
+    said = "driver: \x1b[31mred\x1b[0m, \x00, \x07, \udcff; tab\tand é✓ stay"
+    results = [CheckResult("exec-sqlite", "failed", 1.0, said, details=[said]),
+               CheckResult("faults-sqlite", "unknown", 1.0, said, gaps=[said], evidence={"k\x01": 3})]
+    write_junit(results, tmp_path / "g.xml")
+    suite = ET.parse(tmp_path / "g.xml").getroot()
+    shown = "driver: \\x1b[31mred\\x1b[0m, \\x00, \\x07, \\udcff; tab\tand é✓ stay"
+    failure, error = suite.find("testcase/failure"), suite.find("testcase/error")
+    assert failure is not None and error is not None
+    assert failure.get("message") == failure.text == error.get("message") == error.text == shown
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {"evidence.k\\x01": "3"}
 
 
 def test_a_gap_the_check_reports_makes_it_unknown() -> None:
