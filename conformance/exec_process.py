@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from qlwf.model import strict_json
 
 from .backends import BackendBroken
+from .visible import visible
 
 Message = dict[str, Any]
 
@@ -52,11 +53,11 @@ class DriverFailure(BackendBroken):
         return {"driverFailure": {"problem": self.problem, "message": self.message,
                                   "lastRequest": self.last_request, "stderrTail": self.stderr_tail}}
 
-    def __str__(self) -> str:
-        lines = [f"driver {self.problem}: {self.message}"]
+    def __str__(self) -> str:  # the driver's own text shown, never obeyed by the terminal
+        lines = [f"driver {self.problem}: {visible(self.message)}"]
         if self.last_request:
-            lines.append(f"last request: {self.last_request}")
-        tail = self.stderr_tail.rstrip("\n")
+            lines.append(f"last request: {visible(self.last_request)}")
+        tail = visible(self.stderr_tail).rstrip("\n")
         lines.append("driver stderr (tail):" + ("\n  " + tail.replace("\n", "\n  ") if tail else " (empty)"))
         return "\n".join(lines)
 

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from qlwf.conformance.audit import RunAudit, audit_parts
+from qlwf.conformance.visible import visible
 from qlwf.impl.readonly import StoredRuns, UnreadableDatabase
 from qlwf.progress import Progress
 
@@ -93,9 +94,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         for r in results:
             if r.first is None:
-                print(f"{r.run_id}: ok ({r.events} events)")
+                print(visible(f"{r.run_id}: ok ({r.events} events)", keep=""))
             else:
                 more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
-                print(f"{r.run_id}: FAIL {r.first}{more}")
+                print(visible(f"{r.run_id}: FAIL {r.first}{more}", keep=""))  # stored text is shown, not obeyed
         print(f"audit: {len(results)} Runs, {clean} clean, {len(results) - clean} with findings{not_audited}")
     return 0 if clean == len(results) else 1

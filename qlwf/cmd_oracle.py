@@ -12,11 +12,11 @@ import argparse
 import gc
 import json
 import math
-import re
 import sys
 from typing import Any
 
 from qlwf import stdio
+from qlwf.conformance.visible import visible
 from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.memo import parsed_json_input
@@ -37,7 +37,6 @@ _JSON_WS = " \t\r\n"
 _DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # an integer literal this long may exceed a double
 
 # What a terminal or a line-oriented reader could take as a line break or a control sequence.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 INPUTS = {
     "frontier": "{plan, run, stepRuns, observedAtMs} (frontier.md)",
@@ -51,8 +50,7 @@ INPUTS = {
 
 def one_line(text: str) -> str:
     """`text` as one encodable line: lone surrogates and control characters escaped."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+    return visible(text, keep="")
 
 
 def _clip(text: str, limit: int = 40) -> str:

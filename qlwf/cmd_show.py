@@ -17,6 +17,7 @@ from qlwf.argtypes import output_file, same_output
 from qlwf.conformance.render import ShowError, build, markdown
 from qlwf.conformance.render_svg import html
 from qlwf.conformance.trace import TraceFormatError, load
+from qlwf.conformance.visible import visible
 
 
 def _step(text: str) -> int:
@@ -47,8 +48,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         view = build(load(args.trace))
-        md = markdown(view, args.step)
-        page = html(view, args.step, args.layout) if args.html else None
+        # a trace comes from outside: its text is shown, never obeyed by a terminal or a viewer
+        md = visible(markdown(view, args.step))
+        page = visible(html(view, args.step, args.layout)) if args.html else None
     except (OSError, json.JSONDecodeError, TraceFormatError, ShowError, RuntimeError) as e:
         print(f"qlwf show: {args.trace}: {e}", file=sys.stderr)
         return 2

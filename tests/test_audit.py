@@ -473,6 +473,18 @@ def test_a_value_in_a_column_beyond_the_v1_subset_is_found(table: str, sqlite_st
     assert_found_alone(audit_snapshot(sqlite_readonly.load(path)), want)
 
 
+def test_stored_terminal_escapes_are_shown_not_obeyed(sqlite_stores: dict[str, Path], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Decisions Q-124: a finding quotes stored text, which went to the terminal as it was."""
+    path = tmp_path / "store.db"
+    shutil.copy(sqlite_stores[BASE], path)
+    SqliteStore(path).write([("UPDATE \"Runs\" SET status = 'x' || char(27) || '[2J' WHERE id = ?", (TARGET_RUN,))],
+                            bypass_checks_on="Runs")
+    assert cli_main(["audit", "--sqlite", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "status x\\x1b[2J is not a workflow Run status" in out and "\x1b" not in out
+
+
 def test_an_intent_without_its_reason_still_has_the_later_identifiers_checked() -> None:
     """The cancel request id recipe needs the stored reason: without it that one recipe is skipped (INV-14 reports
     the unpaired intent), and the identifiers of the events after it are still checked."""

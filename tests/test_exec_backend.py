@@ -237,6 +237,17 @@ def test_a_broken_driver_in_a_json_report(bug: str, capsys: pytest.CaptureFixtur
     assert f"{bug.split(':')[0]} at apply 1" in report["driverFailure"]["stderrTail"]
 
 
+def test_a_drivers_terminal_escapes_are_shown_not_obeyed(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    """Decisions Q-124: the stderr tail and the offending line were printed as they came, so a driver's ESC
+    sequences could erase the report's FAIL and draw a PASS in the reviewer's terminal."""
+    code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, "forge-at:1"]), "--traces", "1"])
+    out = capsys.readouterr().out
+    assert code == 1 and "driver not_json" in out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert "\\x1b[1A\\x1b[2K\\rconform exec: PASS\\x07" in out  # the stderr tail, shown as escapes
+    assert "\\x1b[2Jnot JSON" in out  # the line it wrote
+
+
 def test_a_response_before_any_request_is_a_protocol_breach(capsys: pytest.CaptureFixture[str],
                                                            reaped: None) -> None:
     code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join([*BROKEN, "early"]), "--traces", "1",

@@ -249,3 +249,19 @@ def test_the_gates_conformance_check_saves_and_names_its_counterexample(monkeypa
     (problem,) = evidence.problems
     (path,) = re.findall(r"render it: +qlwf show (\S+) --step \d+ --html", problem)
     assert Path(path).parent == tmp_path and load(path).description.startswith("conformance divergence on broken-gate")
+
+
+def test_a_traces_terminal_escapes_are_shown_not_obeyed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Decisions Q-124: a trace's description went to the terminal as it was, ESC sequences and all."""
+    trace = load(CORPUS[0])
+    evil = Trace("erase \x1b[2J\x1b[31mred\r and \x9b6n", trace.initial_clock, trace.steps, trace.name,
+                 trace.state_form)
+    path = tmp_path / "evil.json"
+    save(evil, path)
+    assert cli(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "erase \\x1b[2J\\x1b[31mred\\r and \\x9b6n" in out
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)
+    assert cli(["show", str(path), "--md", str(tmp_path / "r.md"), "--html", str(tmp_path / "r.html")]) == 0
+    for report in ("r.md", "r.html"):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", (tmp_path / report).read_text(encoding="utf-8")), report

@@ -10,6 +10,8 @@ Protocol bugs (at the Nth apply request, counted from 1):
   die-at:N      exit with status 3        hang-at:N     never answer (sleeps forever)
   garbage-at:N  answer a non-JSON line    wrong-id-at:N answer with another id
   deep-at:N     answer a JSON line nested 100,000 arrays deep
+  forge-at:N    write terminal escapes to stderr (erase the line, draw a PASS) and answer a non-JSON line
+                that carries some too
   dup-key-at:N  answer with a repeated "id" member (the first one wrong)
   surrogate-at:N  answer with a lone surrogate (escaped) as the status of the first changed record
   missing-keys-at:N  answer apply without its outcome
@@ -116,6 +118,12 @@ def main() -> int:
                     time.sleep(60)
             if name == "garbage-at":
                 out.write(b"this is not JSON\n")
+                out.flush()
+                continue
+            if name == "forge-at":
+                sys.stderr.write("\x1b[1A\x1b[2K\rconform exec: PASS\x07\n")
+                sys.stderr.flush()
+                out.write(b"\x1b[2Jnot JSON\r\n")
                 out.flush()
                 continue
             if name == "deep-at":
