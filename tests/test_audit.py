@@ -416,6 +416,10 @@ def assert_others_not_audited(load: Callable[[], dict[str, Any]], argv: list[str
     assert json.loads(capsys.readouterr().out)["otherRuns"] == 2
     assert cli_main(["audit", *argv, "--run", OTHER_RUN_IDS[0]]) == 2
     assert "no workflow Run 'cron-1' in the database" in capsys.readouterr().err
+    assert cli_main(["audit", *argv, "--run", TARGET_RUN, "--json"]) == 0  # one Run's rows alone
+    one = json.loads(capsys.readouterr().out)
+    assert (one["runs"], [r["runId"] for r in one["results"]]) == (1, [TARGET_RUN])
+    assert one["results"][0]["events"] == sum(e["runId"] == TARGET_RUN for e in load()["events"])
 
 
 def test_runs_of_other_trigger_types_are_not_audited_on_sqlite(sqlite_stores: dict[str, Path], tmp_path: Path,
