@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, and the Unicode line and paragraph separators; `keep` may spare tab and newline
-_CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and U+FFFE/U+FFFF (which XML 1.0
+# cannot carry either); `keep` may spare tab, newline or carriage return
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff"
 
 
 def visible(text: str, keep: str = "\t\n") -> str:

@@ -3,10 +3,12 @@ cannot audit, the keys they add to a snapshot, and the Run-by-Run merge of their
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from qlwf.impl.port import SNAPSHOT_KINDS
+from qlwf.model.tables import TRIGGER_TYPE
 
 
 class UnreadableDatabase(Exception):
@@ -28,18 +30,11 @@ OTHER_RUNS = "otherRuns"
 # the v1 subset, {runId, kind, key, column}; storage.md §9 allows such columns only if always NULL for
 # workflow data (Q-119).
 EXTRA_VALUES = "extraColumnValues"
-# The generic ql3 tables §9 lets an implementation widen: snapshot kind, key column, the Run's id column.
-GENERIC_TABLES: tuple[tuple[str, str, str], ...] = (("runs", "id", "id"), ("attempts", "id", "run_id"),
-                                                    ("leases", "attempt_id", "run_id"))
-
-
-def quote_identifier(name: str) -> str:
-    """A column name from the catalog as an SQL identifier (both dialects)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
+# The generic ql3 tables §9 lets an implementation widen: snapshot kind and key column.
+GENERIC_TABLES: tuple[tuple[str, str], ...] = (("runs", "id"), ("attempts", "id"), ("leases", "attempt_id"))
 
 Record = dict[str, Any]
+Row = tuple[Any, ...]
 Part = dict[str, list[Record]]
 # One stream of a Run-by-Run read: the part key its records go to, and (run id, record) pairs ordered by run id
 # in code-point order, the order of both readers (SQLite's BINARY collation, PostgreSQL's COLLATE "C").
@@ -86,6 +81,59 @@ class _Head:
         while self._next is not None and self._next[0] == run_id:
             yield self._next[1]
             self._advance(run_id)
+
+
+class RunByRun(ABC):
+    """What both readers' Run-by-Run reads share: queries restricted to workflow Runs and ordered by Run id
+    first, and the streams of values in columns beyond the v1 subset. A dialect supplies how it spells a
+    parameter, a collation and the Runs table, runs a query, and lists a table's columns."""
+
+    mark: str  # the parameter placeholder
+    collate: str  # the collation that orders text by code point
+    runs_table: str  # the Runs table as the dialect names it in SQL
+    percent = "%"  # a literal % in SQL text (psycopg reads `%` as the start of a placeholder)
+
+    @abstractmethod
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> Iterator[Row]:
+        """The rows of one query, fetched as they are consumed."""
+
+    @abstractmethod
+    def _generic(self, kind: str) -> tuple[str, tuple[str, ...], list[str]]:
+        """A generic table of GENERIC_TABLES: its SQL name, its v1 columns, and the columns it has."""
+
+    def by_workflow_run(self, sql: str, runs: bool = False, also: str = "") -> str:
+        """`sql` (`SELECT cols FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) as rows
+        (run id, cols…) of workflow Runs only, ordered by run id first: ql3's generic Runs table also holds
+        Runs of other trigger types (cron, manual, …), with their attempts and events, which are none of the
+        model's (decisions Q-118, Q-121). The collation is spelled out: a foreign schema may declare the
+        column otherwise, and the merge needs code-point order. First parameter: the workflow trigger type;
+        `also`: a further condition, ANDed, whose parameters follow."""
+        head, order = sql.rsplit(" ORDER BY ", 1)
+        run = "id" if runs else "run_id"
+        where = (f"trigger_type = {self.mark}" if runs
+                 else f"run_id IN (SELECT id FROM {self.runs_table} WHERE trigger_type = {self.mark})")
+        head = head.replace("SELECT ", f"SELECT {run}, ", 1)
+        return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {run} COLLATE {self.collate}, {order}"
+
+    def _query(self, sql: str, runs: bool, run_id: str | None, also: str = "") -> Iterator[Row]:
+        """The rows of `sql` for every workflow Run, or for `run_id`'s alone."""
+        conditions = [also] if also else []
+        if run_id is not None:
+            conditions.append(f"{'id' if runs else 'run_id'} = {self.mark}")
+        params = (TRIGGER_TYPE, *((run_id,) if run_id is not None else ()))
+        return self._execute(self.by_workflow_run(sql, runs, " AND ".join(conditions)), params)
+
+    def _extra_streams(self, run_id: str | None) -> list[Stream]:
+        """Per column beyond the v1 subset of a generic table, the workflow rows where it is not NULL (§9)."""
+        streams: list[Stream] = []
+        for kind, key in GENERIC_TABLES:
+            table, v1, present = self._generic(kind)
+            for column in (c for c in present if c not in v1):
+                name = '"' + column.replace('"', '""').replace("%", self.percent) + '"'  # from the catalog: quoted
+                rows = self._query(f"SELECT {key} FROM {table} ORDER BY {key} COLLATE {self.collate}", kind == "runs",
+                                   run_id, also=f"{name} IS NOT NULL")
+                streams.append((EXTRA_VALUES, extra_values(rows, kind, column)))
+        return streams
 
 
 class StoredRuns(Protocol):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 import signal
 import threading
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from qlwf import stdio
+from qlwf.conformance.visible import visible
 
 
 def _package_data(name: str) -> Path:
@@ -247,15 +247,12 @@ def write_json(results: list[CheckResult], path: Path) -> None:
     stdio.write_report(path, json.dumps(report, indent=2) + "\n")
 
 
-# What XML 1.0 cannot carry, not even as a character reference (§2.2): the C0 controls but tab, newline and
-# carriage return, surrogates, U+FFFE and U+FFFF. A driver's coloured stderr (ESC) in a check's details made
-# the whole JUnit report not well-formed, so CI lost every result, the failing one first (decisions Q-123).
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
 def _xml_text(text: str) -> str:
-    """`text` with every character XML 1.0 cannot carry written as its Python escape (`\\x1b`)."""
-    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+    """`text` with every character XML 1.0 cannot carry, even as a character reference (§2.2: C0 controls
+    but tab, newline and carriage return; surrogates; U+FFFE, U+FFFF), written as its Python escape, and the
+    other controls with them. A driver's coloured stderr (ESC) in a check's details made the whole JUnit
+    report not well-formed, so CI lost every result, the failing one first (decisions Q-123)."""
+    return visible(text, keep="\t\n\r")
 
 
 def write_junit(results: list[CheckResult], path: Path) -> None:

@@ -13,23 +13,12 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from qlwf.impl.readonly import (
-    EXTRA_VALUES,
-    GENERIC_TABLES,
-    MIRRORS,
-    Part,
-    Stream,
-    UnreadableDatabase,
-    extra_values,
-    merge_by_run,
-    quote_identifier,
-    whole,
-)
+from qlwf.impl.readonly import MIRRORS, Part, RunByRun, Stream, UnreadableDatabase, merge_by_run, whole
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import ALL_TABLES, ATTEMPTS, LEASES, RUNS, RUNS_TABLE, STEP_RUNS_TABLE
-from .snapshot import KINDS, by_workflow_run
+from .snapshot import KINDS
 
 _CONNECT_TIMEOUT_S = 10
 
@@ -67,10 +56,12 @@ _TABLES = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}
 _FETCH = 1000  # rows per round trip of each server-side cursor
 
 
-class PgRuns:
+class PgRuns(RunByRun):
     """The workflow Runs of one PostgreSQL database, read Run by Run inside the connection's REPEATABLE READ
     READ ONLY transaction (one consistent view of a live database): every kind through a server-side cursor
     of its own, ordered by run id, so the client holds one Run at a time (decisions Q-121)."""
+
+    mark, collate, runs_table, percent = "%s", '"C"', RUNS_TABLE, "%%"
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -98,15 +89,21 @@ class PgRuns:
                     cursor.close()
             self._open.clear()
 
-    def _query(self, sql: str, runs: bool, run_id: str | None, also: str = "") -> Iterator[tuple[Any, ...]]:
-        conditions = [c for c in (also, ("id" if runs else "run_id") + " = %s" if run_id is not None else "") if c]
-        params = (TRIGGER_TYPE, *((run_id,) if run_id is not None else ()))
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
         self._cursors += 1
         cursor = self.conn.cursor(name=f"qlwf_audit_{self._cursors}")
         self._open.append(cursor)
         cursor.itersize = _FETCH
-        cursor.execute(by_workflow_run(sql, runs, " AND ".join(conditions)), params)
+        cursor.execute(sql, params)
         return iter(cursor)
+
+    def _generic(self, kind: str) -> tuple[str, tuple[str, ...], list[str]]:
+        table = _TABLES[kind]
+        schema, name = table.name.split(".")
+        present = [c for (c,) in self.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "ORDER BY ordinal_position", (schema, name))]
+        return table.name, table.columns, present
 
     def _streams(self, run_id: str | None) -> list[Stream]:
         streams: list[Stream] = [(kind, _decoded(self._query(sql, False, run_id), decode))
@@ -114,17 +111,7 @@ class PgRuns:
         mirrors = self._query(f'SELECT id, step_run_json FROM {STEP_RUNS_TABLE} ORDER BY id COLLATE "C"', False,
                               run_id)
         streams.append((MIRRORS, ((row[0], {"id": row[1], "runId": row[0], "json": row[2]}) for row in mirrors)))
-        for kind, key, _ in GENERIC_TABLES:
-            table = _TABLES[kind]
-            schema, name = table.name.split(".")
-            present = [c for (c,) in self.conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "ORDER BY ordinal_position", (schema, name))]
-            for column in (c for c in present if c not in table.columns):
-                values = self._query(f'SELECT {key} FROM {table.name} ORDER BY {key} COLLATE "C"', kind == "runs",
-                                     run_id, also=f"{quote_identifier(column).replace('%', '%%')} IS NOT NULL")
-                streams.append((EXTRA_VALUES, extra_values(values, kind, column)))
-        return streams
+        return streams + self._extra_streams(run_id)
 
 
 def _decoded(rows: Iterator[tuple[Any, ...]], decode: Callable[[tuple[Any, ...]], Record]

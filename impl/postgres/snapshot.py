@@ -24,7 +24,6 @@ from .codec import (
     LEASES,
     MUTATIONS,
     RUNS,
-    RUNS_TABLE,
     STEP_RUNS,
     TASK_RECEIPTS_TABLE,
     Table,
@@ -84,18 +83,6 @@ class RowMemo:
                 self._memo.clear()
             found = self._memo[key] = decode(row)
         return found
-
-
-def by_workflow_run(sql: str, runs: bool = False, also: str = "") -> str:
-    """`sql` (`SELECT cols FROM table ORDER BY …` of a table with run_id, or of the Runs table itself) as rows
-    (run id, cols…) of workflow Runs only, ordered by run id (COLLATE "C": code-point order) first, as
-    impl/sqlite/snapshot.py `by_workflow_run` (decisions Q-118, Q-121). First parameter: the workflow trigger
-    type; `also`: a further condition, ANDed, whose parameters follow."""
-    head, order = sql.rsplit(" ORDER BY ", 1)
-    run = "id" if runs else "run_id"
-    where = "trigger_type = %s" if runs else f"run_id IN (SELECT id FROM {RUNS_TABLE} WHERE trigger_type = %s)"
-    head = head.replace("SELECT ", f"SELECT {run}, ", 1)
-    return f'{head} WHERE {where}{" AND " + also if also else ""} ORDER BY {run} COLLATE "C", {order}'
 
 
 def read_snapshot(conn: PgSession, kinds: frozenset[str] | None = None,

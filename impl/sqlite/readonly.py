@@ -16,24 +16,12 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from qlwf.impl.readonly import (
-    EXTRA_VALUES,
-    GENERIC_TABLES,
-    MIRRORS,
-    STORED_JSON,
-    Part,
-    Stream,
-    UnreadableDatabase,
-    extra_values,
-    merge_by_run,
-    quote_identifier,
-    whole,
-)
+from qlwf.impl.readonly import MIRRORS, STORED_JSON, Part, RunByRun, Stream, UnreadableDatabase, merge_by_run, whole
 from qlwf.model.records import Record
 from qlwf.model.tables import TRIGGER_TYPE
 
 from .codec import ADMISSION_STEPS_TABLE, ADMISSIONS_TABLE, ATTEMPTS, LEASES, RUNS, TASK_RECEIPTS_TABLE
-from .snapshot import READERS, Decode, JsonMemo, by_workflow_run
+from .snapshot import READERS, Decode, JsonMemo
 
 # Every JSON column of storage.md §2: (table, its key columns, the column, the record it holds or None for
 # a payload or a needs array); every one of these tables has run_id.
@@ -72,9 +60,11 @@ def open_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
-class SqliteRuns:
+class SqliteRuns(RunByRun):
     """The workflow Runs of one SQLite database, read Run by Run inside one deferred transaction (one
     consistent view of a live database): every kind in one pass, ordered by run id (decisions Q-121)."""
+
+    mark, collate, runs_table = "?", "BINARY", '"Runs"'
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self.conn = conn
@@ -90,10 +80,13 @@ class SqliteRuns:
         except (sqlite3.Error, ValueError, RecursionError) as e:  # missing columns, malformed JSON text
             raise UnreadableDatabase(f"{self.path}: not a readable qlwf/ql3 SQLite database: {e}") from e
 
-    def _query(self, sql: str, runs: bool, run_id: str | None, also: str = "") -> Iterator[tuple[Any, ...]]:
-        conditions = [c for c in (also, ("id" if runs else "run_id") + " = ?" if run_id is not None else "") if c]
-        params = (TRIGGER_TYPE, *((run_id,) if run_id is not None else ()))
-        return iter(self.conn.execute(by_workflow_run(sql, runs, " AND ".join(conditions)), params))
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        return iter(self.conn.execute(sql, params))
+
+    def _generic(self, kind: str) -> tuple[str, tuple[str, ...], list[str]]:
+        codec = _CODECS[kind]
+        present = [name for _, name, *_ in self.conn.execute(f'PRAGMA table_info("{codec.table}")')]
+        return f'"{codec.table}"', codec.columns, present
 
     def _rows(self, reader: tuple[str, Decode], runs: bool, run_id: str | None) -> Iterator[tuple[str, Record]]:
         sql, decode = reader
@@ -109,14 +102,7 @@ class SqliteRuns:
             key_list = ", ".join(keys)
             texts = self._query(f'SELECT {key_list}, {column} FROM "{table}" ORDER BY {key_list}', False, run_id)
             streams.append((STORED_JSON, stored_texts(texts, table, column, holds)))
-        for kind, key, _ in GENERIC_TABLES:
-            codec = _CODECS[kind]
-            present = [name for _, name, *_ in self.conn.execute(f'PRAGMA table_info("{codec.table}")')]
-            for column in (c for c in present if c not in codec.columns):
-                values = self._query(f'SELECT {key} FROM "{codec.table}" ORDER BY {key}', kind == "runs", run_id,
-                                     also=f"{quote_identifier(column)} IS NOT NULL")
-                streams.append((EXTRA_VALUES, extra_values(values, kind, column)))
-        return streams
+        return streams + self._extra_streams(run_id)
 
 
 _CODECS = {"runs": RUNS, "attempts": ATTEMPTS, "leases": LEASES}

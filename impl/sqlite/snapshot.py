@@ -82,20 +82,6 @@ READERS: dict[str, tuple[str, Decode]] = {
 }
 
 
-def by_workflow_run(sql: str, runs: bool = False, also: str = "") -> str:
-    """`sql` (`SELECT cols FROM table ORDER BY …` of a table with run_id, or of "Runs" itself) as rows
-    (run id, cols…) of workflow Runs only, ordered by run id first: ql3's generic Runs table also holds Runs of
-    other trigger types (cron, manual, …), with their attempts and events, which are none of the model's
-    (decisions Q-118, Q-121). First parameter: the workflow trigger type; `also`: a further condition, ANDed,
-    whose parameters follow."""
-    head, order = sql.rsplit(" ORDER BY ", 1)
-    run = "id" if runs else "run_id"
-    where = "trigger_type = ?" if runs else 'run_id IN (SELECT id FROM "Runs" WHERE trigger_type = ?)'
-    head = head.replace("SELECT ", f"SELECT {run}, ", 1)
-    # BINARY spelled out: a foreign schema may declare the column NOCASE, and the merge needs code-point order
-    return f"{head} WHERE {where}{' AND ' + also if also else ''} ORDER BY {run} COLLATE BINARY, {order}"
-
-
 def read_snapshot(conn: sqlite3.Connection, parse: Parse = json.loads,
                   kinds: frozenset[str] | None = None) -> dict[str, list[Record]]:
     """Every record kind (or only `kinds`) sorted by its key."""
