@@ -11,7 +11,7 @@ from pathlib import Path
 
 from qlwf.argtypes import output_dir
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
-from qlwf.campaign.run import CampaignConfig, campaign
+from qlwf.campaign.run import CampaignConfig, UnusableOutput, campaign
 from qlwf.campaign.shards import KINDS, Budget
 
 DEFAULT_OUT = "reports/campaign"
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         code, _ = campaign(cfg, executor)
-    except ClusterUnavailable as e:
+    except (ClusterUnavailable, UnusableOutput) as e:
         print(f"qlwf campaign: {e}", file=sys.stderr)
         return 2
     return code

@@ -21,7 +21,7 @@ from qlwf.conformance.mutants.manifest import by_name
 from qlwf.conformance.trace import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor, run_shard_of
-from qlwf.campaign.run import CampaignConfig, Legs, campaign, drive, report, summarize
+from qlwf.campaign.run import CampaignConfig, Legs, UnusableOutput, campaign, drive, report, summarize
 from qlwf.campaign.shards import (
     KINDS,
     Budget,
@@ -103,8 +103,8 @@ class ScriptedExecutor:
     def result(self, shard: Shard) -> ShardResult:
         r = ShardResult(shard.index, shard.name, shard.kind, shard.seeds, examples=1, steps=shard.index + 1)
         if shard.index in self.failing:
-            r.findings.append(Finding(shard.name, shard.kind, f"planted at {shard.index}", f"t{shard.index}.json",
-                                      "{}", "qlwf replay TRACE --backend model"))
+            r.findings.append(Finding(shard.name, shard.kind, f"planted at {shard.index}",
+                                      f"{shard.kind}-{shard.number}.json", "{}", "qlwf replay TRACE --backend model"))
         return r
 
     def cancel(self, handles: Iterable[Shard]) -> None:
@@ -162,6 +162,77 @@ def test_a_skipped_leg_makes_the_verdict_unknown(tmp_path: Path) -> None:
     assert summary["kinds"]["conform-postgres"]["status"] == "skipped"
     assert summary["kinds"]["oracle"]["shards"] == 2
     assert summary["kinds"]["explore"]["status"] == "not selected"
+
+
+# ---- the output directory: this campaign's results or nothing (decisions Q-125) -------------------------
+def scripted_campaign(out: Path, failing: set[int]) -> dict[str, Any]:
+    cfg = CampaignConfig(minutes=1, seed=3, out=out, kinds=("stateful", "oracle"), budget=TINY, max_shards=8)
+    with contextlib.redirect_stderr(io.StringIO()):
+        _, summary = campaign(cfg, lambda: ScriptedExecutor(2, failing), out=io.StringIO(), live=False)
+    return summary
+
+
+def test_a_rerun_into_the_same_directory_leaves_only_its_own_results(tmp_path: Path) -> None:
+    first = scripted_campaign(tmp_path, {5})
+    assert [f["trace"] for f in first["findings"]] == ["traces/oracle-2.json"]
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["oracle-2.json"]
+    second = scripted_campaign(tmp_path, {2})
+    assert [f["trace"] for f in second["findings"]] == ["traces/stateful-1.json"]
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["stateful-1.json"]
+    passed = scripted_campaign(tmp_path, set())
+    assert passed["verdict"] == "passed" and not (tmp_path / "traces").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_a_campaign_that_dies_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
+    scripted_campaign(tmp_path, {5})
+
+    class Dying(ScriptedExecutor):
+        def result(self, shard: Shard) -> ShardResult:
+            raise RuntimeError("the executor broke")
+
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=2)
+    with pytest.raises(RuntimeError, match="the executor broke"):
+        campaign(cfg, lambda: Dying(1, set()), out=io.StringIO(), live=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("plant", ["traces/notes.txt", "traces/stateful-1.json/", "traces/keep/stateful-1.json",
+                                   "summary.json/", "traces->elsewhere", "traces/stateful-1.json->elsewhere",
+                                   "summary.json->elsewhere"])
+def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from qlwf.cli import main
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "stateful-1.json").write_text("{}")
+    (out / "traces").mkdir(parents=True)
+    (out / "traces" / "stateful-0.json").write_text("{}")  # a previous campaign's, which stays as well
+    name, _, target = plant.partition("->")
+    path = out / name.rstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if target:
+        if path.is_dir():
+            (path / "stateful-0.json").unlink()
+            path.rmdir()
+        path.symlink_to(tmp_path / target)
+    elif name.endswith("/"):
+        path.mkdir()
+    else:
+        path.write_text("mine")
+    before = sorted(str(p) for p in out.rglob("*"))
+    made: list[str] = []
+    cfg = CampaignConfig(minutes=1, seed=3, out=out, kinds=("oracle",), budget=TINY, max_shards=1)
+    with pytest.raises(UnusableOutput, match="which a campaign does not write; choose another --out"):
+        campaign(cfg, lambda: made.append("executor") or ScriptedExecutor(1, set()), out=io.StringIO(), live=False)
+    assert made == [] and sorted(str(p) for p in out.rglob("*")) == before
+    assert (elsewhere / "stateful-1.json").read_text() == "{}"
+    code = main(["campaign", "--minutes", "1", "--kinds", "oracle", "--max-shards", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    stray = out.joinpath(*name.rstrip("/").split("/")[:2])  # the entry of out/ or out/traces/ that holds it
+    assert code == 2 and f"qlwf campaign: {out} holds {stray}, which" in err, err
+    assert sorted(str(p) for p in out.rglob("*")) == before
 
 
 # ---- real shards: the process pool and a Dask cluster --------------------------------------------------

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from qlwf import stdio
+from qlwf.conformance.visible import visible
 from qlwf.progress import Progress
 
 from .executors import Executor, ShardLost
-from .shards import KINDS, Budget, Finding, Shard, ShardResult, plan
+from .shards import KINDS, TRACE_NAME, Budget, Finding, Shard, ShardResult, plan
 
 SUMMARY_FORMAT = "qlwf-campaign"
 COUNT_KEYS = ("examples", "steps", "states", "transitions")
@@ -254,6 +255,40 @@ def summarize(cfg: CampaignConfig, legs: Legs, outcome: Outcome, where: str, wor
     }
 
 
+class UnusableOutput(ValueError):
+    """--out names a directory the campaign cannot make its own (exit 2, before any work)."""
+
+
+def clear_previous(out: Path) -> None:
+    """Remove what an earlier campaign wrote to `out` (summary.json, traces/ and its trace files), so
+    that afterwards `out` holds this campaign's results or nothing (decisions Q-125): a campaign that
+    passes, or dies before its summary, leaves no earlier counterexample or verdict to be read as its
+    own. Anything there that a campaign does not write is left alone and refused, before any work."""
+    summary, traces = out / "summary.json", out / "traces"
+    strays = []
+    if summary.is_symlink() or (summary.exists() and not summary.is_file()):
+        strays.append(summary)
+    trace_files = []
+    if traces.is_symlink() or (traces.exists() and not traces.is_dir()):
+        strays.append(traces)
+    elif traces.is_dir():
+        for entry in sorted(traces.iterdir()):
+            ours = entry.is_file() and not entry.is_symlink() and TRACE_NAME.fullmatch(entry.name)
+            (trace_files if ours else strays).append(entry)
+    if strays:
+        raise UnusableOutput(f"{out} holds {', '.join(visible(str(p)) for p in strays[:5])}"
+                             f"{f' and {len(strays) - 5} more' if len(strays) > 5 else ''}, which a campaign does "
+                             "not write; choose another --out or move them")
+    try:
+        for path in trace_files:
+            path.unlink()
+        if traces.is_dir():
+            traces.rmdir()
+        summary.unlink(missing_ok=True)
+    except OSError as e:
+        raise UnusableOutput(f"cannot clear the previous campaign's results in {out}: {e.strerror}") from e
+
+
 def write(summary: dict[str, Any], findings: list[Finding], out: Path) -> Path:
     """The traces under out/traces/ and the summary as out/summary.json; returns the summary's path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -296,7 +331,8 @@ EXIT = {"passed": 0, "failed": 1, "unknown": 3}
 
 def campaign(cfg: CampaignConfig, make_executor: Callable[[], Executor], out: TextIO | None = None,
              progress_stream: TextIO | None = None, live: bool | None = None) -> tuple[int, dict[str, Any]]:
-    """Provision, drive, summarize, write; the exit code and the summary."""
+    """Clear the previous results, provision, drive, summarize, write; the exit code and the summary."""
+    clear_previous(cfg.out)
     legs = prepare_legs(cfg)
     executor = make_executor()
     try:

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -251,9 +252,13 @@ def _stateful(shard: Shard, result: ShardResult) -> None:
             shutil.rmtree(scratch[0], ignore_errors=True)
 
 
-def _trace_finding(shard: Shard, message: str, text: str, suffix: str = "") -> Finding:
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{shard.kind}-{shard.number}{suffix}")
-    return Finding(shard.name, shard.kind, message[:600], f"{name}.json", text,
+# Every name a campaign gives a trace file: what it may remove from a previous campaign's traces/.
+TRACE_NAME = re.compile(rf"(?:{'|'.join(map(re.escape, KINDS))})-[0-9]+\.json")
+
+
+def _trace_finding(shard: Shard, message: str, text: str) -> Finding:
+    name = f"{shard.kind}-{shard.number}.json"
+    return Finding(shard.name, shard.kind, message[:600], name, text,
                    f"qlwf replay TRACE --backend {'model' if shard.kind != 'conform-postgres' else 'postgres'}")
 
 
