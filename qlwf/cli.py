@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from qlwf import stdio
+from qlwf.conformance import process_sweep
+from qlwf.conformance.visible import visible
 
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`. Command name → the
 # module that registers it: a command imports only its own module (a `qlwf oracle` process need not
@@ -202,13 +204,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Interrupted, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         print(f"qlwf: interrupted ({signal.Signals(signum).name}); {_stop_servers(before)}", file=sys.stderr)
+        _sweep_drivers()  # here too: a lingering thread ends the process below, past `finally`
         if argv is None:
             _exit_if_threads_linger(128 + signum)
         return 128 + signum
     except Exception as e:  # never exit 1, the code of a counterexample, for what is not one
         return _stopped_by(e, command_of(sys.argv[1:] if argv is None else argv) or "", before)
     finally:
+        _sweep_drivers()
         restore()
+
+
+def _sweep_drivers() -> None:
+    """Kill what drivers of this run left outside their process groups (decisions Q-126): each
+    driver's own end sweeps its token, but a `--jobs` worker terminated under its driver cannot."""
+    left = process_sweep.sweep_run()
+    if left:
+        print(f"qlwf: killed {len(left)} process(es) that drivers of this run left running: "
+              f"{visible(', '.join(left))}", file=sys.stderr)
 
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in qlwf, no verdict

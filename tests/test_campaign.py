@@ -223,9 +223,14 @@ def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, t
         path.write_text("mine")
     before = sorted(str(p) for p in out.rglob("*"))
     made: list[str] = []
+
+    def executor() -> ScriptedExecutor:
+        made.append("executor")
+        return ScriptedExecutor(1, set())
+
     cfg = CampaignConfig(minutes=1, seed=3, out=out, kinds=("oracle",), budget=TINY, max_shards=1)
     with pytest.raises(UnusableOutput, match="which a campaign does not write; choose another --out"):
-        campaign(cfg, lambda: made.append("executor") or ScriptedExecutor(1, set()), out=io.StringIO(), live=False)
+        campaign(cfg, executor, out=io.StringIO(), live=False)
     assert made == [] and sorted(str(p) for p in out.rglob("*")) == before
     assert (elsewhere / "stateful-1.json").read_text() == "{}"
     code = main(["campaign", "--minutes", "1", "--kinds", "oracle", "--max-shards", "1", "--out", str(out)])

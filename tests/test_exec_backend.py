@@ -7,6 +7,7 @@ reported as such (last request, stderr tail) within the timeout, never as a pass
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -308,7 +309,8 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize(("bug", "jobs"), [("linger", "1"), ("linger", "2"), ("hang-at:5", "1")])
+@pytest.mark.parametrize(("bug", "jobs"), [("linger", "1"), ("linger", "2"), ("hang-at:5", "1"), ("escape", "1"),
+                                         ("escape", "2")])
 def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jobs: str) -> None:
     """`linger` never exits by itself: only the harness can end it, also when the CLI terminates its
     pool workers (they die at once; their drivers get SIGTERM as their parent dies). `hang-at` has
@@ -334,6 +336,34 @@ def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jo
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_with(marker) == []
+
+
+def _kill_all(marker: str) -> None:
+    for pid in _processes_with(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("extra", [[], ["--jobs", "2"], ["hang-at:5", "--driver-timeout", "1"]])
+def test_what_a_driver_leaves_outside_its_process_group_is_killed(
+        extra: list[str], capsys: pytest.CaptureFixture[str], reaped: None) -> None:
+    """`escape` starts a process in a session of its own whose parent exits at once (as pg_ctl starts a
+    server): signalling the driver's group never reaches it. Found by the driver's token (Q-126) when
+    the driver ends: after a passing run, from `--jobs` workers, and after a breach (a driver that stops
+    answering: the harness kills it)."""
+    marker = f"qlwf-escape-test-{os.getpid()}-{'-'.join(extra)}"
+    bug = [a for a in extra if a.startswith("hang-at")]
+    driver = [*BROKEN, "escape", marker, *bug]
+    options = [a for a in extra if a not in bug]
+    try:
+        code = cli.main(["conform", "--backend", "exec", "--driver", shlex.join(driver), "--traces", "3", *options])
+        out, err = capsys.readouterr()
+        assert code == (1 if bug else 0), out + err
+        assert _processes_with(marker) == [], err
+        if "--jobs" not in extra:  # a forked worker's stderr does not reach capsys
+            assert "process(es) running outside its process group, killed:" in err, err
+    finally:
+        _kill_all(marker)
 
 
 @pytest.mark.parametrize("at", [1, 9, 20, 30, 45, 60, 80])

@@ -265,10 +265,10 @@ def clear_previous(out: Path) -> None:
     passes, or dies before its summary, leaves no earlier counterexample or verdict to be read as its
     own. Anything there that a campaign does not write is left alone and refused, before any work."""
     summary, traces = out / "summary.json", out / "traces"
-    strays = []
+    strays: list[Path] = []
     if summary.is_symlink() or (summary.exists() and not summary.is_file()):
         strays.append(summary)
-    trace_files = []
+    trace_files: list[Path] = []
     if traces.is_symlink() or (traces.exists() and not traces.is_dir()):
         strays.append(traces)
     elif traces.is_dir():

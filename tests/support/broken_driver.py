@@ -18,6 +18,8 @@ Protocol bugs (at the Nth apply request, counted from 1):
   bad-change-at:N    answer apply with a change removing a record that does not exist
   early         write a response before the first request
   linger[:TAG]  serve correctly, but never exit by itself after close or end of input
+  escape TAG [BUG]  start a process that leaves the driver's session (setsid), whose parent exits at
+                once, and that sleeps for ever with TAG among its arguments; then serve with BUG (or none)
   slow-start:S  serve correctly, but start S seconds late (before reading hello): not a bug
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
 """
@@ -25,6 +27,7 @@ Each protocol bug says what it does on stderr first, so the harness's stderr tai
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -85,8 +88,23 @@ def say(text: str) -> None:
     print(f"broken driver: {text}", file=sys.stderr, flush=True)
 
 
+def escape(tag: str) -> None:
+    """A grandchild in a session of its own, orphaned at once: what pg_ctl leaves behind a server."""
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", tag])
+        os._exit(0)
+    os.waitpid(child, 0)
+
+
 def main() -> int:
     bug = sys.argv[1]
+    if bug == "escape":
+        say("starting a process outside the driver's session")
+        escape(sys.argv[2])
+        bug = sys.argv[3] if len(sys.argv) > 3 else "none"
     name, _, n = bug.partition(":")
     at = int(n) if n.isdigit() else 0  # linger:TAG takes a tag to find the process by
     out = sys.stdout.buffer
