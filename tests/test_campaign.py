@@ -21,7 +21,17 @@ from qlwf.conformance.mutants.manifest import by_name
 from qlwf.conformance.trace import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor, run_shard_of
-from qlwf.campaign.run import CampaignConfig, Legs, UnusableOutput, campaign, drive, report, summarize
+from qlwf.campaign.run import (
+    LOCK_NAME,
+    CampaignConfig,
+    Legs,
+    UnusableOutput,
+    campaign,
+    drive,
+    owned,
+    report,
+    summarize,
+)
 from qlwf.campaign.shards import (
     KINDS,
     Budget,
@@ -181,7 +191,7 @@ def test_a_rerun_into_the_same_directory_leaves_only_its_own_results(tmp_path: P
     assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["stateful-1.json"]
     passed = scripted_campaign(tmp_path, set())
     assert passed["verdict"] == "passed" and not (tmp_path / "traces").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME, "summary.json"]
 
 
 def test_a_campaign_that_dies_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
@@ -194,7 +204,7 @@ def test_a_campaign_that_dies_leaves_no_earlier_verdict_behind(tmp_path: Path) -
     cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=2)
     with pytest.raises(RuntimeError, match="the executor broke"):
         campaign(cfg, lambda: Dying(1, set()), out=io.StringIO(), live=False)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [LOCK_NAME]
 
 
 @pytest.mark.parametrize("plant", ["traces/notes.txt", "traces/stateful-1.json/", "traces/keep/stateful-1.json",
@@ -221,6 +231,7 @@ def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, t
         path.mkdir()
     else:
         path.write_text("mine")
+    (out / LOCK_NAME).touch()
     before = sorted(str(p) for p in out.rglob("*"))
     made: list[str] = []
 
@@ -238,6 +249,32 @@ def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, t
     stray = out.joinpath(*name.rstrip("/").split("/")[:2])  # the entry of out/ or out/traces/ that holds it
     assert code == 2 and f"qlwf campaign: {out} holds {stray}, which" in err, err
     assert sorted(str(p) for p in out.rglob("*")) == before
+
+
+def test_a_second_campaign_on_the_same_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qlwf.cli import main
+
+    first = scripted_campaign(tmp_path, {5})
+    with owned(tmp_path):  # a campaign running there now
+        with pytest.raises(UnusableOutput, match=rf"another campaign \(pid {os.getpid()}\) is writing to"):
+            scripted_campaign(tmp_path, set())
+        code = main(["campaign", "--minutes", "1", "--kinds", "oracle", "--max-shards", "1", "--out", str(tmp_path)])
+        assert code == 2 and "another campaign" in capsys.readouterr().err
+        assert json.loads((tmp_path / "summary.json").read_text()) == first  # the first one's results untouched
+    assert scripted_campaign(tmp_path, set())["verdict"] == "passed"  # once it has ended
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_lock_file_that_is_not_a_regular_file_is_not_used(kind: str, tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / LOCK_NAME
+    {"symlink": lambda: lock.symlink_to(target), "fifo": lambda: os.mkfifo(lock), "directory": lock.mkdir}[kind]()
+    with pytest.raises(UnusableOutput, match=r"campaign's lock|not a regular file"):
+        scripted_campaign(out, set())
+    assert target.read_text() == "precious" and not (out / "summary.json").exists()
 
 
 # ---- real shards: the process pool and a Dask cluster --------------------------------------------------

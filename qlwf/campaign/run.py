@@ -16,11 +16,14 @@ the summary's "timing" key only.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -259,6 +262,36 @@ class UnusableOutput(ValueError):
     """--out names a directory the campaign cannot make its own (exit 2, before any work)."""
 
 
+LOCK_NAME = ".campaign.lock"
+
+
+@contextlib.contextmanager
+def owned(out: Path) -> Iterator[None]:
+    """Hold `out`/.campaign.lock (an flock) while the campaign runs: a second campaign on the same
+    directory is refused (exit 2) instead of clearing and overwriting the first one's results. The
+    lock file is never followed through a symlink, nor opened if it is not a regular file."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        raise UnusableOutput(f"cannot use {visible(str(path))} as the campaign's lock: {e.strerror}") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnusableOutput(f"{visible(str(path))} is not a regular file; choose another --out or remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise UnusableOutput(f"another campaign{f' (pid {holder})' if holder.isdigit() else ''} is writing "
+                                 f"to {visible(str(out))}; wait for it or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def clear_previous(out: Path) -> None:
     """Remove what an earlier campaign wrote to `out` (summary.json, traces/ and its trace files), so
     that afterwards `out` holds this campaign's results or nothing (decisions Q-125): a campaign that
@@ -332,16 +365,17 @@ EXIT = {"passed": 0, "failed": 1, "unknown": 3}
 def campaign(cfg: CampaignConfig, make_executor: Callable[[], Executor], out: TextIO | None = None,
              progress_stream: TextIO | None = None, live: bool | None = None) -> tuple[int, dict[str, Any]]:
     """Clear the previous results, provision, drive, summarize, write; the exit code and the summary."""
-    clear_previous(cfg.out)
-    legs = prepare_legs(cfg)
-    executor = make_executor()
-    try:
-        progress = CampaignProgress(cfg, progress_stream, live=live)
-        outcome = drive(cfg, legs, executor, progress)
-    finally:
-        executor.close()
-    summary = summarize(cfg, legs, outcome, executor.where, executor.workers)
-    findings = [f for i in sorted(outcome.results) for f in outcome.results[i].findings]
-    path = write(summary, findings, cfg.out)
+    with owned(cfg.out):
+        clear_previous(cfg.out)
+        legs = prepare_legs(cfg)
+        executor = make_executor()
+        try:
+            progress = CampaignProgress(cfg, progress_stream, live=live)
+            outcome = drive(cfg, legs, executor, progress)
+        finally:
+            executor.close()
+        summary = summarize(cfg, legs, outcome, executor.where, executor.workers)
+        findings = [f for i in sorted(outcome.results) for f in outcome.results[i].findings]
+        path = write(summary, findings, cfg.out)
     report(summary, path, out)
     return EXIT[summary["verdict"]], summary
