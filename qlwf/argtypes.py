@@ -8,19 +8,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def seconds_up_to(upper: float) -> Callable[[str], float]:
-    """An argparse type: a number of seconds in (0, upper]."""
+def up_to(upper: float, unit: str) -> Callable[[str], float]:
+    """An argparse type: a number of `unit` in (0, upper] (so never NaN or infinite, which a JSON
+    report could not carry)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text!r}") from None
         if not 0 < value <= upper:
-            raise argparse.ArgumentTypeError(f"must be in (0, {upper:g}] seconds")
+            raise argparse.ArgumentTypeError(f"must be in (0, {upper:g}] {unit}")
         return value
 
     return parse
+
+
+def seconds_up_to(upper: float) -> Callable[[str], float]:
+    return up_to(upper, "seconds")
 
 
 # Output paths are checked when the arguments are parsed, so that a run of minutes does not end in a

@@ -9,12 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from qlwf.argtypes import output_dir
+from qlwf.argtypes import output_dir, up_to
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, UnusableOutput, campaign
 from qlwf.campaign.shards import KINDS, Budget
 
 DEFAULT_OUT = "reports/campaign"
+MAX_MINUTES = 43_200
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -74,7 +75,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "--seed. Stops at the first counterexample (written as a replayable trace) or at the deadline; "
                     "writes DIR/summary.json. Exit 0 passed, 1 a counterexample, 3 unknown (nothing ran, or a leg "
                     "skipped or broken), 2 bad usage.")
-    p.add_argument("--minutes", type=_positive(float), required=True, help="deadline (fractions allowed)")
+    p.add_argument("--minutes", type=up_to(MAX_MINUTES, "minutes"), required=True,
+                   help=f"deadline (fractions allowed, at most {MAX_MINUTES}: 30 days)")
     p.add_argument("--workers", type=_positive(int), default=os.cpu_count() or 1,
                    help="local worker processes (default: the number of cores)")
     p.add_argument("--scheduler", metavar="ADDRESS",

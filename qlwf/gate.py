@@ -244,7 +244,7 @@ def write_json(results: list[CheckResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     report = {"verdict": {EXIT_PASSED: "passed", EXIT_FAILED: "failed"}.get(exit_code(results), "unknown"),
               "checks": [asdict(r) for r in results]}
-    stdio.write_report(path, json.dumps(report, indent=2) + "\n")
+    stdio.write_report(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def _xml_text(text: str) -> str:

@@ -450,6 +450,19 @@ def test_the_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert json.loads((tmp_path / "summary.json").read_text())["verdict"] == "unknown"
 
 
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-inf", "1e308", "0", "-1", "43201", "soon"])
+def test_a_deadline_a_json_summary_cannot_carry_or_no_run_can_reach_is_bad_usage(
+        minutes: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """NaN and infinity ran, and wrote `"minutes": NaN` into summary.json, which no strict JSON reader
+    (this project's own included) accepts; NaN minutes also made the verdict unknown (exit 3)."""
+    from qlwf.cli import main
+
+    with pytest.raises(SystemExit) as bad:
+        main(["campaign", f"--minutes={minutes}", "--kinds", "oracle", "--max-shards", "1", "--out", str(tmp_path)])
+    assert bad.value.code == 2 and "argument --minutes:" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unreachable_scheduler_is_one_clear_error() -> None:
     with pytest.raises(ClusterUnavailable, match=r"[Dd]ask"):
         DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)

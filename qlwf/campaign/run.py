@@ -331,7 +331,7 @@ def write(summary: dict[str, Any], findings: list[Finding], out: Path) -> Path:
     for f in findings:
         stdio.write_report(traces / f.trace_name, f.trace_text)
     path = out / "summary.json"
-    stdio.write_report(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    stdio.write_report(path, json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     return path
 
 
