@@ -264,6 +264,19 @@ def test_a_second_campaign_on_the_same_directory_is_refused(tmp_path: Path, caps
     assert scripted_campaign(tmp_path, set())["verdict"] == "passed"  # once it has ended
 
 
+def test_a_cluster_refused_at_the_start_leaves_the_previous_results(tmp_path: Path) -> None:
+    first = scripted_campaign(tmp_path, {5})
+
+    def unusable() -> ScriptedExecutor:
+        raise ClusterUnavailable("no Dask scheduler answers at tcp://127.0.0.1:1")
+
+    cfg = CampaignConfig(minutes=1, seed=3, out=tmp_path, kinds=("oracle",), budget=TINY, max_shards=1)
+    with pytest.raises(ClusterUnavailable):
+        campaign(cfg, unusable, out=io.StringIO(), live=False)
+    assert json.loads((tmp_path / "summary.json").read_text()) == first
+    assert [p.name for p in (tmp_path / "traces").iterdir()] == ["oracle-2.json"]
+
+
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
 def test_a_lock_file_that_is_not_a_regular_file_is_not_used(kind: str, tmp_path: Path) -> None:
     target = tmp_path / "target"
@@ -271,7 +284,12 @@ def test_a_lock_file_that_is_not_a_regular_file_is_not_used(kind: str, tmp_path:
     out = tmp_path / "out"
     out.mkdir()
     lock = out / LOCK_NAME
-    {"symlink": lambda: lock.symlink_to(target), "fifo": lambda: os.mkfifo(lock), "directory": lock.mkdir}[kind]()
+    if kind == "symlink":
+        lock.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
     with pytest.raises(UnusableOutput, match=r"campaign's lock|not a regular file"):
         scripted_campaign(out, set())
     assert target.read_text() == "precious" and not (out / "summary.json").exists()

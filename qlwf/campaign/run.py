@@ -292,7 +292,7 @@ def owned(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def clear_previous(out: Path) -> None:
+def clear_previous(out: Path, check_only: bool = False) -> None:
     """Remove what an earlier campaign wrote to `out` (summary.json, traces/ and its trace files), so
     that afterwards `out` holds this campaign's results or nothing (decisions Q-125): a campaign that
     passes, or dies before its summary, leaves no earlier counterexample or verdict to be read as its
@@ -312,6 +312,8 @@ def clear_previous(out: Path) -> None:
         raise UnusableOutput(f"{out} holds {', '.join(visible(str(p)) for p in strays[:5])}"
                              f"{f' and {len(strays) - 5} more' if len(strays) > 5 else ''}, which a campaign does "
                              "not write; choose another --out or move them")
+    if check_only:
+        return
     try:
         for path in trace_files:
             path.unlink()
@@ -364,16 +366,18 @@ EXIT = {"passed": 0, "failed": 1, "unknown": 3}
 
 def campaign(cfg: CampaignConfig, make_executor: Callable[[], Executor], out: TextIO | None = None,
              progress_stream: TextIO | None = None, live: bool | None = None) -> tuple[int, dict[str, Any]]:
-    """Clear the previous results, provision, drive, summarize, write; the exit code and the summary."""
-    with owned(cfg.out):
-        clear_previous(cfg.out)
-        legs = prepare_legs(cfg)
+    """Provision, clear the previous results, drive, summarize, write; the exit code and the summary.
+
+    What would stop the campaign as bad usage (files it does not own in `out`, a cluster it cannot
+    use) stops it before `out` is touched; the previous results are cleared only under the lock."""
+    clear_previous(cfg.out, check_only=True)
+    legs = prepare_legs(cfg)
+    with contextlib.ExitStack() as stack:
         executor = make_executor()
-        try:
-            progress = CampaignProgress(cfg, progress_stream, live=live)
-            outcome = drive(cfg, legs, executor, progress)
-        finally:
-            executor.close()
+        stack.callback(executor.close)
+        stack.enter_context(owned(cfg.out))
+        clear_previous(cfg.out)
+        outcome = drive(cfg, legs, executor, CampaignProgress(cfg, progress_stream, live=live))
         summary = summarize(cfg, legs, outcome, executor.where, executor.workers)
         findings = [f for i in sorted(outcome.results) for f in outcome.results[i].findings]
         path = write(summary, findings, cfg.out)
