@@ -87,7 +87,6 @@ class DriverProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         # what outlives the driver outside its process group is found by this token (Q-126)
         self._token = process_sweep.driver_token()
-        self.left_behind: list[str] = []  # "pid (name)" of each process killed once the driver was gone
         env = {**(os.environ if env is None else env), process_sweep.TOKEN_VAR: self._token}
         try:
             self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -258,11 +257,10 @@ class DriverProcess:
             self._exited_within(1.0)
         self._signal_group(signal.SIGKILL)  # a driver ignoring SIGTERM, and children left in its group
         self.proc.wait()
-        self.left_behind = process_sweep.sweep_driver(self._token)  # and those that left the group
-        if self.left_behind:
-            print(f"qlwf: the driver {visible(_clip(' '.join(self.command), 200))} left {len(self.left_behind)} "
-                  f"process(es) running outside its process group, killed: {visible(', '.join(self.left_behind))}",
-                  file=sys.stderr)
+        left = process_sweep.sweep_driver(self._token)  # and those that left the group
+        if left:
+            print(f"qlwf: the driver {visible(_clip(' '.join(self.command), 200))} left {len(left)} process(es) "
+                  f"running outside its process group, killed: {visible(', '.join(left))}", file=sys.stderr)
 
     def abandon(self) -> None:
         """The harness broke off mid-exchange (a signal, a time limit, its own error): the session is out
