@@ -28,6 +28,31 @@ def seconds_up_to(upper: float) -> Callable[[str], float]:
     return up_to(upper, "seconds")
 
 
+# Forked workers each hold a copy of the model and its caches (an explorer worker of the 5-step shapes
+# reaches 833 MB), so a count beyond this is a typo, not a machine (decisions Q-128).
+MAX_PROCESSES = 256
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high] (no upper bound when high is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be >= {low}" if high is None else f"must be in {low}..{high}")
+        return value
+
+    return parse
+
+
+def processes() -> Callable[[str], int]:
+    """An argparse type: a number of worker processes, 1..MAX_PROCESSES."""
+    return integer(1, MAX_PROCESSES)
+
+
 # Output paths are checked when the arguments are parsed, so that a run of minutes does not end in a
 # traceback at the one write it was for (decisions Q-111). Nothing is created here: the command makes
 # the directories when it writes, as before. Root passes every permission test, so what is checked for

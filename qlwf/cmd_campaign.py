@@ -6,26 +6,16 @@ import argparse
 import os
 import random
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from qlwf.argtypes import output_dir, up_to
+from qlwf.argtypes import MAX_PROCESSES, integer, output_dir, processes, up_to
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
 from qlwf.campaign.run import CampaignConfig, UnusableOutput, campaign
 from qlwf.campaign.shards import KINDS, Budget
+from qlwf.conformance.checkers.explore import MAX_SHAPE_STEPS
 
 DEFAULT_OUT = "reports/campaign"
 MAX_MINUTES = 43_200
-
-
-def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
 
 
 def _kinds(text: str) -> tuple[str, ...]:
@@ -77,28 +67,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "skipped or broken), 2 bad usage.")
     p.add_argument("--minutes", type=up_to(MAX_MINUTES, "minutes"), required=True,
                    help=f"deadline (fractions allowed, at most {MAX_MINUTES}: 30 days)")
-    p.add_argument("--workers", type=_positive(int), default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=processes(), default=min(MAX_PROCESSES, os.cpu_count() or 1),
                    help="local worker processes (default: the number of cores)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the shards on the Dask cluster at ADDRESS (pip install 'qlwf[cluster]')")
     p.add_argument("--seed", type=int, help="the campaign seed (default: random, printed)")
     p.add_argument("--out", type=output_dir, default=DEFAULT_OUT, metavar="DIR",
                    help=f"summary and traces (default {DEFAULT_OUT})")
-    p.add_argument("--max-shards", type=_positive(int), metavar="N", help="stop after the first N shards")
+    p.add_argument("--max-shards", type=integer(1), metavar="N", help="stop after the first N shards")
     p.add_argument("--kinds", type=_kinds, default=KINDS, metavar="K,K",
                    help=f"the kinds of shard to run (default all: {','.join(KINDS)})")
     p.add_argument("--plant", type=_mutant, metavar="MUTANT",
                    help="self-test: plant this manifest mutant in every shard; the campaign must fail")
-    p.add_argument("--stateful-examples", type=_positive(int), default=Budget.stateful_examples, metavar="N",
+    p.add_argument("--stateful-examples", type=integer(1), default=Budget.stateful_examples, metavar="N",
                    help=f"Hypothesis examples per stateful shard (default {Budget.stateful_examples})")
-    p.add_argument("--traces-per-shard", type=_positive(int), default=Budget.sqlite_traces, metavar="N",
+    p.add_argument("--traces-per-shard", type=integer(1), default=Budget.sqlite_traces, metavar="N",
                    help=f"generated traces per SQLite shard, a quarter of that per PostgreSQL shard "
                         f"(default {Budget.sqlite_traces})")
-    p.add_argument("--oracle-lines", type=_positive(int), default=Budget.oracle_lines, metavar="N",
+    p.add_argument("--oracle-lines", type=integer(1), default=Budget.oracle_lines, metavar="N",
                    help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")
-    p.add_argument("--explore-max-steps", type=_positive(int), default=Budget.explore_max_steps, metavar="K",
-                   help=f"explorer shards: every DAG shape of 1..K steps (default {Budget.explore_max_steps}); "
+    p.add_argument("--explore-max-steps", type=integer(1, MAX_SHAPE_STEPS), default=Budget.explore_max_steps,
+                   metavar="K", help=f"explorer shards: every DAG shape of 1..K steps (default "
+                                     f"{Budget.explore_max_steps}, at most {MAX_SHAPE_STEPS}); "
                         "those of K steps start at an offset derived from the seed")
-    p.add_argument("--explore-max-depth", type=_positive(int), metavar="D",
+    p.add_argument("--explore-max-depth", type=integer(1), metavar="D",
                    help="bound the explorer's search depth (default: exhaustive over each shape)")
     p.set_defaults(func=run)

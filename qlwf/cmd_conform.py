@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from qlwf.argtypes import seconds_up_to
+from qlwf.argtypes import integer, processes, seconds_up_to
 from qlwf.conformance import backends, runner
 from qlwf.progress import Progress
 
@@ -31,22 +31,22 @@ def register(subparsers: Any) -> None:
                     "every trace passed. The last line printed is a one-line summary.",
         epilog=EXIT_CODES)
     conform.add_argument("--backend", default="sqlite", choices=backends.names(), help="backend (default: sqlite)")
-    conform.add_argument("--traces", type=_count, default=None, metavar="N",
+    conform.add_argument("--traces", type=integer(0), default=None, metavar="N",
                          help="generated traces (default: 100, or 0 with --concurrency)")
     conform.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first generated trace")
     conform.add_argument("--corpus", action="store_true", help="also run the golden corpus (conformance/corpus)")
     conform.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     conform.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation (faster)")
-    conform.add_argument("--jobs", type=_count, default=1, metavar="J",
+    conform.add_argument("--jobs", type=processes(), default=1, metavar="J",
                          help="worker processes for the generated traces (default: 1)")
     conform.add_argument("--concurrency", type=_ks, default=None, metavar="K[,K...]",
                          help="also run the concurrency check with K worker threads (backends with the concurrency "
                               "capability: postgres, sqlite), e.g. 2,4,8")
-    conform.add_argument("--ops", type=_count, default=60, metavar="N",
+    conform.add_argument("--ops", type=integer(0), default=60, metavar="N",
                          help="operations per worker of the concurrency check (default: 60)")
     conform.add_argument("--variant", default="correct", choices=("correct", "broken"),
                          help="concurrency check against the real backend or a deliberately broken one (postgres)")
-    conform.add_argument("--workflows", type=_positive, default=3, metavar="N",
+    conform.add_argument("--workflows", type=integer(1), default=3, metavar="N",
                          help="workflows admitted before the concurrency workers start; workers may admit up to "
                               "2N (default: 3). Long run: --concurrency 8 --workflows 1000 --ops 1500")
     conform.add_argument("--reconnect-window", type=seconds_up_to(3600), default=30.0, metavar="SECONDS",
@@ -76,20 +76,6 @@ def _driver_options(parser: argparse.ArgumentParser) -> None:
                              "POSIX shell would (quote a path with spaces), but no shell runs it")
     parser.add_argument("--driver-timeout", type=seconds_up_to(3600), default=None, metavar="SECONDS",
                         help="with an exec backend: seconds each driver response may take (default: 10)")
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
 
 
 def _ks(text: str) -> list[int]:
@@ -166,7 +152,7 @@ def _run_conform(args: argparse.Namespace) -> int:
         bar = Progress(f"conform {args.backend}", total)
         try:
             code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
-                                  invariants=not args.no_invariants, jobs=max(1, args.jobs),
+                                  invariants=not args.no_invariants, jobs=args.jobs,
                                   progress=lambda r: bar.advance(1, r.steps))
         except Exception:  # a broken driver: the bar's last line before the report of it
             bar.close()

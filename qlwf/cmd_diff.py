@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qlwf.argtypes import output_dir
+from qlwf.argtypes import integer, output_dir
 
 MAX_K = 4  # K = 3 is the explorer manifest's largest scope; 4 is already a long run
 
@@ -28,11 +28,11 @@ def register(subparsers: Any) -> None:
                    help="a git revision of the repository, or a directory holding another copy of it")
     p.add_argument("--repo", metavar="DIR", help="the working tree to compare (default: the repository of the "
                    "current directory)")
-    p.add_argument("--max-steps", type=_k, default=2, metavar="K", help=f"DAG shapes of 1..K steps (default 2, "
-                   f"at most {MAX_K})")
+    p.add_argument("--max-steps", type=integer(1, MAX_K), default=2, metavar="K",
+                   help=f"DAG shapes of 1..K steps (default 2, at most {MAX_K})")
     p.add_argument("--shape", action="append", metavar="NAME",
                    help="explore only this shape, e.g. '2:a>b' (repeatable; names as `qlwf explore` prints them)")
-    p.add_argument("--bound", type=_k, default=2, metavar="N", help="proof bound N (default 2)")
+    p.add_argument("--bound", type=integer(1, MAX_K), default=2, metavar="N", help="proof bound N (default 2)")
     p.add_argument("--prove-only", action="append", metavar="NAME",
                    help="only these proof properties (fnmatch pattern as for `qlwf prove --only`; repeatable)")
     p.add_argument("--no-proofs", action="store_true", help="do not run the proofs (reported as not run)")
@@ -42,16 +42,6 @@ def register(subparsers: Any) -> None:
                         "are replaced)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     p.set_defaults(func=main)
-
-
-def _k(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= MAX_K:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_K}")
-    return value
 
 
 def main(args: argparse.Namespace) -> int:

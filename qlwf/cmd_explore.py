@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from qlwf.argtypes import integer, processes
 from qlwf.conformance.checkers.explore import (
     FULL,
+    MAX_SHAPE_STEPS,
     SELECTED,
     Alphabet,
     Config,
@@ -35,17 +37,18 @@ def register(subparsers: Any) -> None:
                     "(isomorphic shapes once), checking INV-1..31 and LIVE-1 on every state. Exit 0 when nothing "
                     "was violated; counterexample traces are written to $QLWF_TRACE_DIR "
                     f"(default {DEFAULT_TRACE_DIR}).")
-    p.add_argument("--max-steps", type=_positive, required=True, metavar="K", help="largest number of steps")
+    p.add_argument("--max-steps", type=integer(1, MAX_SHAPE_STEPS), required=True, metavar="K",
+                   help=f"largest number of steps (at most {MAX_SHAPE_STEPS})")
     p.add_argument("--selected", type=_selected, action="append", default=[], metavar="K",
                    help="also explore the selected family of K-step shapes pinned in the manifest "
                         f"({'; '.join(f'{k}: {family}' for k, (family, _) in sorted(SELECTED.items()))}); repeatable. "
                         "The full gate explores --max-steps 4 --selected 5")
-    p.add_argument("--depth", type=_positive, default=None, metavar="D", help="stop the search at depth D")
+    p.add_argument("--depth", type=integer(1), default=None, metavar="D", help="stop the search at depth D")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--full", action="store_true",
                    help="give every shape the full alphabet (two attempts and lease generations, deadlines, renew); "
                         "much larger, for deep campaigns — the manifest pins the default alphabets")
-    p.add_argument("--jobs", type=_positive, default=min(2, os.cpu_count() or 1), metavar="J",
+    p.add_argument("--jobs", type=processes(), default=min(2, os.cpu_count() or 1), metavar="J",
                    help="explore shapes in J processes (default: 2 where there are two cores; the report is the same)")
     p.set_defaults(func=run)
 
@@ -58,13 +61,6 @@ def _selected(text: str) -> int:
     value = int(text)
     if value not in SELECTED:
         raise argparse.ArgumentTypeError(f"no selected family of {value} steps (there are: {sorted(SELECTED)})")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
     return value
 
 

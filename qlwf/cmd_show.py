@@ -13,18 +13,11 @@ import sys
 from typing import Any
 
 from qlwf import stdio
-from qlwf.argtypes import output_file, same_output
+from qlwf.argtypes import integer, output_file, same_output
 from qlwf.conformance.render import ShowError, build, markdown
 from qlwf.conformance.render_svg import html
 from qlwf.conformance.trace import TraceFormatError, load
 from qlwf.conformance.visible import visible
-
-
-def _step(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +27,7 @@ def register(subparsers: Any) -> None:
                               "DAG coloured by StepRun status after one step (default: the failing step, else the "
                               "last). Markdown with a Mermaid DAG goes to stdout unless --md or --html is given.")
     p.add_argument("trace", metavar="TRACE", help="a qlwf-trace v1 JSON file (corpus trace or counterexample)")
-    p.add_argument("--step", type=_step, metavar="N", help="colour the DAG after step N (0-based)")
+    p.add_argument("--step", type=integer(0), metavar="N", help="colour the DAG after step N (0-based)")
     p.add_argument("--html", type=output_file, metavar="OUT", help="write one self-contained HTML file (inline SVG)")
     p.add_argument("--md", type=output_file, metavar="OUT", help="write the Markdown report to OUT")
     p.add_argument("--layout", choices=("auto", "dot", "layered"), default="auto",

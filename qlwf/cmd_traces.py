@@ -14,16 +14,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from qlwf.argtypes import output_dir
+from qlwf.argtypes import integer, output_dir
 from qlwf.conformance import trace_check, trace_export
 from qlwf.conformance.trace import STATE_FORMS
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +30,7 @@ def register(subparsers: Any) -> None:
                             "through the model and write one self-contained file per trace to DIR.")
     export.add_argument("directory", type=output_dir, metavar="DIR")
     export.add_argument("--corpus", action="store_true", help="the golden corpus (conformance/corpus)")
-    export.add_argument("--generated", type=_count, default=0, metavar="N", help="generated traces (default 0)")
+    export.add_argument("--generated", type=integer(0), default=0, metavar="N", help="generated traces (default 0)")
     export.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first generated trace")
     export.add_argument("--state-form", choices=STATE_FORMS, default="changes",
                         help="each step's state as the changed records (default) or the whole snapshot")
