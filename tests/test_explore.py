@@ -47,6 +47,16 @@ def test_shapes_are_every_dag_once_up_to_isomorphism() -> None:
             assert sum(nx.is_isomorphic(g, graph(s)) for s in E.dag_shapes(3)) == 1
 
 
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_each_shape_is_the_canonical_form_of_every_labelling_in_its_class(n: int) -> None:
+    """dag_shapes relabels one member of each class only (Q-129); by definition a shape is the
+    canonical_edges of every labelled DAG with edges i -> j, i < j, all 2^(n(n-1)/2) of them."""
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    every = {E.canonical_edges(n, tuple(p for p, b in zip(pairs, bits, strict=True) if b))
+             for bits in itertools.product((0, 1), repeat=len(pairs))}
+    assert [f for _, f in E.dag_shapes(n)] == sorted(every, key=lambda f: (len(f), f))
+
+
 def test_the_selected_k_5_family_is_the_chain_and_the_diamonds() -> None:
     """explore.SELECTED[5], built here again with networkx: the 5-chain, the 1-3-1 diamond, and the
     1-2-1 diamond with a head step, with a tail step, or beside a free step; each once."""
