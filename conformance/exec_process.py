@@ -33,6 +33,7 @@ MAX_LINE_BYTES = 256 * 1024 * 1024  # a snapshot is large but not this large: be
 STDERR_TAIL_BYTES = 4096
 _REPORT_REQUEST_CHARS = 600
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class DriverFailure(BackendBroken):
@@ -63,11 +64,14 @@ class DriverFailure(BackendBroken):
         return "\n".join(lines)
 
 
-def _terminate_with_parent() -> None:
+def _child_setup() -> None:
     """In the child before exec (Linux): SIGTERM when the harness thread that started it dies, even by
-    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up."""
+    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up; and a child
+    subreaper, so that what it starts and orphans stays in its process tree (Q-130). Both outlive exec."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 class DriverProcess:
@@ -91,7 +95,7 @@ class DriverProcess:
         try:
             self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
-                                         preexec_fn=_terminate_with_parent)
+                                         preexec_fn=_child_setup)
         except OSError as e:
             self._stderr.close()
             raise DriverFailure("exited", f"cannot start {self.command!r}: {e}") from e
@@ -100,6 +104,7 @@ class DriverProcess:
         os.set_blocking(self._in, False)
         self.failure: DriverFailure | None = None
         self.interrupted = False
+        self._family: list[process_sweep.Pinned] | None = None  # pinned when its end begins (Q-130)
 
     # ---- the channel ----------------------------------------------------------------------------
     def send(self, request: Message, timeout_s: float | None = None) -> float:
@@ -248,16 +253,26 @@ class DriverProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
+    def pin_family(self) -> None:
+        """Pin what the driver runs, before anything lets it exit: at its exit the kernel hands what it
+        orphaned on to init, out of reach of the process tree (Q-130). The first call counts."""
+        if self._family is None and self.proc.returncode is None and not self._exited_within(0.0):
+            self._family = process_sweep.family(self.proc.pid)
+
     def _terminate(self) -> None:
         """SIGTERM the driver's process group, SIGKILL what is left after a second, reap the driver."""
         if self.proc.returncode is not None:
             return
+        self.pin_family()
         if not self._exited_within(0.0):
             self._signal_group(signal.SIGTERM)
             self._exited_within(1.0)
         self._signal_group(signal.SIGKILL)  # a driver ignoring SIGTERM, and children left in its group
+        # its group's members are dying of that (read while the driver, the group's leader, is unreaped)
+        family, self._family = process_sweep.outside_group(self._family or (), self.proc.pid), []
         self.proc.wait()
-        left = process_sweep.sweep_driver(self._token)  # and those that left the group
+        # and those that left the group: its family as pinned, and whatever carries its token
+        left = process_sweep.sweep_driver(self._token, family)
         if left:
             print(f"qlwf: the driver {visible(_clip(' '.join(self.command), 200))} left {len(left)} process(es) "
                   f"running outside its process group, killed: {visible(', '.join(left))}", file=sys.stderr)
@@ -277,6 +292,7 @@ class DriverProcess:
     def finish(self, grace_s: float) -> int:
         """Orderly end after `close`: stdin closed, `grace_s` to exit on its own, then killed; its status."""
         try:
+            self.pin_family()
             assert self.proc.stdin is not None  # started with stdin=PIPE
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()

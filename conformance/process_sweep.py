@@ -1,16 +1,26 @@
-"""Finding and killing what a driver left running outside its process group (decisions Q-126).
+"""Finding and killing what a driver left running outside its process group (decisions Q-126, Q-130).
 
 A driver runs in a process group of its own, and the harness ends it by signalling that group. A
 descendant that calls setsid() (pg_ctl starting a server does) or whose parent exits leaves the
-group and outlives the driver. So every driver starts with a token in its environment,
-`QLWF_DRIVER_TOKEN=<run>.<driver>`, which its descendants inherit: once the driver is gone, every
-process still carrying its token is stopped (a stopped process cannot fork), found again until no
-new one appears, then killed. Each is pinned by a pidfd before it is checked, so a reused pid is
-never signalled. The run part is shared by every driver of one harness run (forked `--jobs` workers
-inherit it), so the CLI sweeps whatever a killed worker's driver left when it ends.
+group and outlives the driver. Two things find those:
 
-Limits: Linux only (/proc); a descendant that clears its environment, or runs as another user
-when the harness is not root, is not found or cannot be signalled.
+* Its family. Every driver is a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across exec), so
+  a descendant orphaned while the driver lives is handed to the driver, not to init: the driver's
+  process tree holds everything it started that still runs. The harness pins that tree (`family`)
+  before it lets the driver end, since at its exit the kernel hands the orphans on to init.
+* Its token. Every driver starts with `QLWF_DRIVER_TOKEN=<run>.<driver>` in its environment, which
+  its descendants inherit: this finds what the family misses (a descendant orphaned after the
+  family was pinned, what a driver that died by itself or a killed `--jobs` worker's driver left).
+
+Once the driver is gone, every pinned process still running, every process carrying its token and
+every child of one already held is stopped (a stopped process cannot fork), found again until no
+new one appears, then killed. Each is pinned by a pidfd before it is checked, so a reused pid is
+never signalled. The run part of the token is shared by every driver of one harness run (forked
+`--jobs` workers inherit it), so the CLI sweeps whatever a killed worker's driver left when it ends.
+
+Limits: Linux only (/proc); a process both orphaned after its family was pinned (or with no family
+pinned: a driver that died by itself) and started with its environment cleared, or one that runs as
+another user when the harness is not root, is not found or cannot be signalled.
 """
 
 from __future__ import annotations
@@ -18,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 TOKEN_VAR = "QLWF_DRIVER_TOKEN"
@@ -47,6 +58,34 @@ def _token_of(pid: int) -> str | None:
     return None
 
 
+def _stat_fields(pid: int) -> list[bytes]:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses): state, ppid,
+    pgrp, ...; empty when the process is gone."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if len(fields) > 2 else None
+
+
+def outside_group(pinned: Iterable[Pinned], group: int) -> list[Pinned]:
+    """The pins whose process is not in process group `group` (which the caller has just killed: its
+    members are dying, not left behind); the others are closed. `group` must not be reusable yet."""
+    kept = []
+    for pin in pinned:
+        fields = _stat_fields(pin.pid)
+        if len(fields) > 2 and int(fields[2]) == group and pin.running():
+            pin.close()
+        else:
+            kept.append(pin)
+    return kept
+
+
 def _pids() -> Iterator[int]:
     try:
         entries = list(os.scandir(_PROC))
@@ -65,7 +104,7 @@ def _command_name(pid: int) -> str:
         return "?"
 
 
-class _Pinned:
+class Pinned:
     """A process held by a pidfd (or, without pidfds, by its pid alone)."""
 
     def __init__(self, pid: int) -> None:
@@ -74,6 +113,20 @@ class _Pinned:
         self.fd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             self.fd = os.pidfd_open(pid)
+
+    def running(self) -> bool:
+        """Not yet exited (a zombie has exited). Without a pidfd, whether the pid exists."""
+        if self.fd is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        return not poller.poll(0)
 
     def signal(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -88,40 +141,73 @@ class _Pinned:
             self.fd = None
 
 
-def sweep(matches: Callable[[str], bool]) -> list[str]:
-    """Stop, then kill, every other process whose driver token satisfies `matches`; "pid (name)" of each."""
-    held: dict[int, _Pinned] = {}
+def family(root: int) -> list[Pinned]:
+    """Every running descendant of `root` (a child of ours, unreaped, so its pid is stable), pinned:
+    children by /proc's parent links, checked again through each pin. Processes run meanwhile, so this
+    is a snapshot; `sweep` stops and searches again what is still running."""
+    pinned: list[Pinned] = []
+    parents = {root}
+    while True:
+        children = [pid for pid in _pids() if pid not in parents and _parent_of(pid) in parents]
+        fresh = []
+        for pid in children:
+            pin = Pinned(pid)
+            if _parent_of(pid) in parents and pin.running():  # the pid was not reused between the reads
+                fresh.append(pin)
+            else:
+                pin.close()
+        if not fresh:
+            return pinned
+        pinned += fresh
+        parents |= {p.pid for p in fresh}
+
+
+def sweep(matches: Callable[[str], bool], pinned: Iterable[Pinned] = ()) -> list[str]:
+    """Stop, then kill, every process of `pinned` still running and every other process whose driver
+    token satisfies `matches` or whose parent is one already held; "pid (name)" of each. Takes over
+    (and closes) the pins."""
+    held: dict[int, Pinned] = {}
     try:
+        for pin in pinned:
+            if pin.pid in held or not pin.running():
+                pin.close()
+                continue
+            held[pin.pid] = pin
+            pin.signal(signal.SIGSTOP)
         for _ in range(_MAX_ROUNDS):
+            # parents held and still there (stopped: they cannot fork, and their pids cannot be reused)
+            parents = {pid for pid, pin in held.items() if pin.running()}
             found = False
             for pid in _pids():
-                if pid in held:
+                if pid in held or not _taken(pid, matches, parents):
                     continue
-                token = _token_of(pid)
-                if token is None or not matches(token):
+                pin = Pinned(pid)
+                if not _taken(pid, matches, parents):  # checked again through the pin: the pid may be reused
+                    pin.close()
                     continue
-                pinned = _Pinned(pid)
-                # checked again through the pin: the pid may have been reused between the two reads
-                token = _token_of(pid)
-                if token is None or not matches(token):
-                    pinned.close()
-                    continue
-                held[pid] = pinned
-                pinned.signal(signal.SIGSTOP)
+                held[pid] = pin
+                pin.signal(signal.SIGSTOP)
                 found = True
             if not found:
                 break
-        for pinned in held.values():
-            pinned.signal(signal.SIGKILL)  # stopped processes die of it too
+        for pin in held.values():
+            pin.signal(signal.SIGKILL)  # stopped processes die of it too
         return [f"{p.pid} ({p.name})" for p in held.values()]
     finally:
-        for pinned in held.values():
-            pinned.close()
+        for pin in held.values():
+            pin.close()
 
 
-def sweep_driver(token: str) -> list[str]:
-    """What one driver left running (every process carrying its token)."""
-    return sweep(lambda t: t == token)
+def _taken(pid: int, matches: Callable[[str], bool], parents: set[int]) -> bool:
+    if parents and _parent_of(pid) in parents:
+        return True
+    token = _token_of(pid)
+    return token is not None and matches(token)
+
+
+def sweep_driver(token: str, pinned: Iterable[Pinned] = ()) -> list[str]:
+    """What one driver left running: its pinned family and every process carrying its token."""
+    return sweep(lambda t: t == token, pinned)
 
 
 def sweep_run() -> list[str]:

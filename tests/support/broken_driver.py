@@ -20,6 +20,7 @@ Protocol bugs (at the Nth apply request, counted from 1):
   linger[:TAG]  serve correctly, but never exit by itself after close or end of input
   escape TAG [BUG]  start a process that leaves the driver's session (setsid), whose parent exits at
                 once, and that sleeps for ever with TAG among its arguments; then serve with BUG (or none)
+  escape-env TAG [BUG]  the same, started with an empty environment (as sudo or `env -i` would)
   slow-start:S  serve correctly, but start S seconds late (before reading hello): not a bug
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
 """
@@ -88,22 +89,23 @@ def say(text: str) -> None:
     print(f"broken driver: {text}", file=sys.stderr, flush=True)
 
 
-def escape(tag: str) -> None:
+def escape(tag: str, env: dict[str, str] | None = None) -> None:
     """A grandchild in a session of its own, orphaned at once: what pg_ctl leaves behind a server."""
     child = os.fork()
     if child == 0:
         os.setsid()
         if os.fork() == 0:
-            os.execv(sys.executable, [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", tag])
+            os.execve(sys.executable, [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", tag],
+                      dict(os.environ) if env is None else env)
         os._exit(0)
     os.waitpid(child, 0)
 
 
 def main() -> int:
     bug = sys.argv[1]
-    if bug == "escape":
+    if bug in ("escape", "escape-env"):
         say("starting a process outside the driver's session")
-        escape(sys.argv[2])
+        escape(sys.argv[2], {} if bug == "escape-env" else None)
         bug = sys.argv[3] if len(sys.argv) > 3 else "none"
     name, _, n = bug.partition(":")
     at = int(n) if n.isdigit() else 0  # linger:TAG takes a tag to find the process by
