@@ -147,7 +147,7 @@ def family(root: int) -> list[Pinned]:
     is a snapshot; `sweep` stops and searches again what is still running."""
     pinned: list[Pinned] = []
     parents = {root}
-    while True:
+    for _ in range(_MAX_ROUNDS):  # a level of the tree a round; bounded, as the tree may grow meanwhile
         children = [pid for pid in _pids() if pid not in parents and _parent_of(pid) in parents]
         fresh = []
         for pid in children:
@@ -157,9 +157,10 @@ def family(root: int) -> list[Pinned]:
             else:
                 pin.close()
         if not fresh:
-            return pinned
+            break
         pinned += fresh
         parents |= {p.pid for p in fresh}
+    return pinned
 
 
 def sweep(matches: Callable[[str], bool], pinned: Iterable[Pinned] = ()) -> list[str]:
