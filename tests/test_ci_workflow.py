@@ -148,4 +148,21 @@ def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findi
     out = args.out
     assert any(f"{out}/traces/*.json" in r and "./qlwfw show" in r for r in runs)
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
-    assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == out
+    uploaded = {path.rstrip("/") for path in upload["with"]["path"].split()}
+    assert upload["if"] == "always()" and out in uploaded
+
+
+def test_the_nightly_explores_every_small_shape_with_the_full_alphabet_and_keeps_its_traces() -> None:
+    job = workflow()["jobs"]["campaign"]
+    (argv,) = [argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "explore"]
+    args = build_parser().parse_args(argv)
+    assert args.full and args.max_steps >= 2
+    (step,) = [s for s in job["steps"] if "./qlwfw explore" in s.get("run", "")]
+    assert step["if"] == "success() || failure()"  # a campaign's finding does not skip it
+    traces = step["env"]["QLWF_TRACE_DIR"]
+    campaign = build_parser().parse_args(
+        next(argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "campaign"))
+    assert not traces.startswith(campaign.out)  # the campaign refuses files of others in its --out
+    assert any(f"{traces}/*.json" in s.get("run", "") and "./qlwfw show" in s.get("run", "") for s in job["steps"])
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert traces in {path.rstrip("/") for path in upload["with"]["path"].split()}
