@@ -34,7 +34,12 @@ IDLE_EXIT_SECONDS = 5.0  # an idle worker told to stop gets this long before it 
 
 
 class WorkerDied(Exception):
-    """The worker running a task ended without sending its result (killed, or it exited)."""
+    """The worker running a task ended without sending its result (killed, or it exited).
+    `exitcode` is the process's: negative for the signal that killed it."""
+
+    def __init__(self, message: str, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
 
 
 class RemoteTraceback(Exception):
@@ -209,7 +214,7 @@ class ForkPool(Generic[Item, Value]):
                 worker.process.join()
                 outcomes.append(Outcome(ticket, error=WorkerDied(
                     f"the worker (pid {worker.process.pid}) ended with exit code {worker.process.exitcode} "
-                    "before sending its result")))
+                    "before sending its result", worker.process.exitcode)))
                 self._replace(worker)
                 continue
             assert got == ticket, (got, ticket)

@@ -18,6 +18,7 @@ from types import FrameType
 from qlwf import stdio
 from qlwf.conformance import process_sweep
 from qlwf.conformance.visible import visible
+from qlwf.system_stops import system_stop
 
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`. Command name → the
 # module that registers it: a command imports only its own module (a `qlwf oracle` process need not
@@ -225,6 +226,7 @@ def _sweep_drivers() -> None:
 
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in qlwf, no verdict
+EXIT_OS = 71  # EX_OSERR: the system took the process's memory or a worker process, no verdict
 EXIT_IO = 74  # EX_IOERR: the storage under an output failed, no verdict
 
 
@@ -236,8 +238,11 @@ def _stopped_by(e: Exception, command: str, before: frozenset[int]) -> int:
         stdio.discard_stdout()
         _stop_servers(before)
         return 128 + signal.SIGPIPE
+    system = system_stop(e)
     if isinstance(e, OSError) and e.errno in stdio.IO_ERRNOS:  # a full disk is not a bug (decisions Q-117)
         code, message = EXIT_IO, f"stopped by an I/O error, no verdict: {e}"
+    elif system is not None:
+        code, message = EXIT_OS, f"stopped by the system, no verdict: {system}"
     else:
         traceback.print_exc()
         code, message = EXIT_INTERNAL, f"internal error (a bug in qlwf), no verdict: {type(e).__name__}: {e}"

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from qlwf import stdio
 from qlwf.conformance.visible import visible
+from qlwf.system_stops import system_stop
 
 
 def _package_data(name: str) -> Path:
@@ -194,7 +195,12 @@ def _run_one(check: Check, options: dict[str, Any], floors: Mapping[str, int] | 
     except NoEvidence as e:
         return CheckResult(check.name, "unknown", _since(t0), str(e), floors=dict(floors or {}),
                            gaps=[f"no evidence: {e}"])
-    except Exception as e:  # a crashing check is a failed check, with its traceback
+    except Exception as e:
+        system = system_stop(e)
+        if system is not None:  # memory gone, a worker killed: no evidence either way
+            why = f"stopped by the system: {system}"
+            return CheckResult(check.name, "unknown", _since(t0), why, floors=dict(floors or {}), gaps=[why])
+        # a crashing check is a failed check, with its traceback
         return CheckResult(check.name, "failed", _since(t0), f"{type(e).__name__}: {e}",
                            traceback.format_exc().splitlines())
     status, gaps = judge(evidence, floors)
