@@ -18,9 +18,11 @@ from qlwf.conformance.checkers.explore import (
     Config,
     ExploreReport,
     Finding,
+    Shape,
     ShapeReport,
     default_alphabet,
     explore,
+    parse_shape,
     scope_shapes,
 )
 from qlwf.conformance.render import show_command
@@ -37,8 +39,11 @@ def register(subparsers: Any) -> None:
                     "(isomorphic shapes once), checking INV-1..31 and LIVE-1 on every state. Exit 0 when nothing "
                     "was violated; counterexample traces are written to $QLWF_TRACE_DIR "
                     f"(default {DEFAULT_TRACE_DIR}).")
-    p.add_argument("--max-steps", type=integer(1, MAX_SHAPE_STEPS), required=True, metavar="K",
-                   help=f"largest number of steps (at most {MAX_SHAPE_STEPS})")
+    p.add_argument("--max-steps", type=integer(1, MAX_SHAPE_STEPS), metavar="K",
+                   help=f"every shape of 1..K steps (at most {MAX_SHAPE_STEPS}); this or --shape is required")
+    p.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME",
+                   help="explore only this shape, named as the table names it ('3:a>b,c>b', '2:-') or any relabelling "
+                        "of it; repeatable, instead of --max-steps")
     p.add_argument("--selected", type=_selected, action="append", default=[], metavar="K",
                    help="also explore the selected family of K-step shapes pinned in the manifest "
                         f"({'; '.join(f'{k}: {family}' for k, (family, _) in sorted(SELECTED.items()))}); repeatable. "
@@ -55,6 +60,13 @@ def register(subparsers: Any) -> None:
 
 def _full(_n_steps: int) -> Alphabet:
     return FULL
+
+
+def _shape(text: str) -> Shape:
+    try:
+        return parse_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _selected(text: str) -> int:
@@ -102,8 +114,13 @@ def render(report: ExploreReport, out: TextIO) -> None:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     full = getattr(args, "full", False)
     selected = tuple(sorted(set(getattr(args, "selected", []))))
-    cfg = Config(max_steps=args.max_steps, max_depth=args.depth, alphabet=_full if full else default_alphabet,
-                 shapes=scope_shapes(args.max_steps, selected) if selected else None)
+    named = tuple(dict.fromkeys(getattr(args, "shape", [])))  # each shape once, in the order given
+    if (args.max_steps is None) == (not named) or (named and selected):
+        print("qlwf explore: give either --max-steps K (with any --selected) or --shape NAME", file=sys.stderr)
+        return 2
+    shapes = named or (scope_shapes(args.max_steps, selected) if selected else None)
+    cfg = Config(max_steps=args.max_steps or max(n for n, _ in named), max_depth=args.depth,
+                 alphabet=_full if full else default_alphabet, shapes=shapes)
     if not args.json:
         out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
     report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))

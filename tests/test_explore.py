@@ -241,6 +241,12 @@ def test_depth_limit_bounds_the_search() -> None:
     assert 1 < shallow.distinct_states < full.distinct_states
 
 
+def explore_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    cmd_explore.register(parser.add_subparsers())
+    return parser
+
+
 def test_cli_json_prints_the_counts() -> None:
     out = io.StringIO()
     code = cmd_explore.run(argparse.Namespace(max_steps=1, depth=None, json=True), out)
@@ -253,8 +259,7 @@ def test_cli_json_prints_the_counts() -> None:
 
 
 def test_cli_table_and_parser() -> None:
-    parser = argparse.ArgumentParser()
-    cmd_explore.register(parser.add_subparsers())
+    parser = explore_parser()
     args = parser.parse_args(["explore", "--max-steps", "1", "--depth", "2"])
     out = io.StringIO()
     assert args.func(args, out) == 0
@@ -263,8 +268,7 @@ def test_cli_table_and_parser() -> None:
 
 
 def test_cli_selected_explores_the_pinned_family_beside_every_smaller_shape() -> None:
-    parser = argparse.ArgumentParser()
-    cmd_explore.register(parser.add_subparsers())
+    parser = explore_parser()
     args = parser.parse_args(["explore", "--max-steps", "1", "--selected", "5", "--depth", "3", "--json"])
     out = io.StringIO()
     assert args.func(args, out) == 0
@@ -272,3 +276,49 @@ def test_cli_selected_explores_the_pinned_family_beside_every_smaller_shape() ->
     assert shapes == [E.shape_name(s) for s in (*E.dag_shapes(1), *E.SELECTED[5][1](5))]
     with pytest.raises(SystemExit):
         parser.parse_args(["explore", "--max-steps", "1", "--selected", "4"])  # no such family
+
+
+@pytest.mark.parametrize(("name", "canonical"), [
+    ("2:a>b", "2:a>b"), ("2:b>a", "2:a>b"), ("3:b>c", "3:a>b"), ("3:c>a,c>b", "3:a>b,a>c"), ("2:-", "2:-"),
+    (" 3:a>b , b>c ", "3:a>b,b>c"), ("3:a>b,a>b", "3:a>b")])
+def test_a_shape_is_named_as_the_table_names_it_or_by_any_relabelling(name: str, canonical: str) -> None:
+    shape = E.parse_shape(name)
+    assert E.shape_name(shape) == canonical and shape in E.dag_shapes(shape[0])
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("2:a>b,b>a", "has a cycle"), ("3:a>b,b>c,c>a", "has a cycle"), ("3:a>d", "'a>d' in '3:a>d' is not an edge"),
+    ("2:a>a", "is not an edge"), ("2:ab", "is not an edge"), ("7:-", "1 <= N <= 6"), ("0:-", "1 <= N <= 6"),
+    ("a>b", "expected N:EDGES"), ("", "expected N:EDGES")])
+def test_a_name_of_no_shape_says_why(name: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        E.parse_shape(name)
+
+
+def test_cli_shape_explores_exactly_the_named_shapes_as_the_whole_scope_does() -> None:
+    """The counts of each named shape are those the manifest pins for it within K = 1..4."""
+    parser = explore_parser()
+    args = parser.parse_args(["explore", "--shape", "2:b>a", "--shape", "1:-", "--shape", "2:a>b", "--json"])
+    out = io.StringIO()
+    assert args.func(args, out) == 0
+    rows = json.loads(out.getvalue())["per_shape"]
+    assert [row["shape"] for row in rows] == ["2:a>b", "1:-"]  # as given, each once
+    pinned = load_manifest()["shapes"]
+    for row in rows:
+        for key in ("distinct_states", "transitions", "refusals", "depth"):
+            assert row[key] == pinned[row["shape"]][key], (row["shape"], key)
+
+
+@pytest.mark.parametrize("argv", [[], ["--shape", "1:-", "--max-steps", "1"], ["--shape", "1:-", "--selected", "5"]])
+def test_cli_takes_either_a_scope_or_named_shapes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    parser = explore_parser()
+    args = parser.parse_args(["explore", *argv])
+    assert args.func(args, io.StringIO()) == 2
+    assert "either --max-steps K (with any --selected) or --shape NAME" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_name_of_no_shape_as_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = explore_parser()
+    with pytest.raises(SystemExit) as bad:
+        parser.parse_args(["explore", "--shape", "2:a>b,b>a"])
+    assert bad.value.code == 2 and "argument --shape: '2:a>b,b>a' has a cycle" in capsys.readouterr().err

@@ -53,6 +53,7 @@ step, no deadlines, no renew).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import time
@@ -179,6 +180,33 @@ def shape_needs(shape: Shape) -> dict[str, tuple[str, ...]]:
 def shape_name(shape: Shape) -> str:
     n, edges = shape
     return f"{n}:" + (",".join(f"{step_key(a)}>{step_key(b)}" for a, b in edges) or "-")
+
+
+@functools.cache
+def _shape_set(n: int) -> frozenset[Shape]:
+    return frozenset(dag_shapes(n))
+
+
+def parse_shape(text: str) -> Shape:
+    """The shape a name describes, as `shape_name` writes it ("3:a>b,c>b", "2:-") or any relabelling of
+    it ("3:b>c" is "3:a>b"): steps are the first N letters, edges need>dependent. ValueError says why
+    a name describes no shape the explorer takes."""
+    count, sep, edges_text = text.strip().partition(":")
+    if not sep or not count.isdigit() or not 1 <= int(count) <= MAX_SHAPE_STEPS:
+        raise ValueError(f"expected N:EDGES with 1 <= N <= {MAX_SHAPE_STEPS}, e.g. '2:a>b' or '3:-', got {text!r}")
+    n = int(count)
+    steps = {step_key(i): i for i in range(n)}
+    edges: set[Edge] = set()
+    for part in ([] if edges_text == "-" else edges_text.split(",")):
+        need, arrow, dependent = part.strip().partition(">")
+        if not arrow or need not in steps or dependent not in steps or need == dependent:
+            raise ValueError(f"{part!r} in {text!r} is not an edge X>Y between two of the steps "
+                             f"{', '.join(steps)}")
+        edges.add((steps[need], steps[dependent]))
+    form = canonical_edges(n, tuple(sorted(edges)))
+    if (n, form) not in _shape_set(n):
+        raise ValueError(f"{text!r} has a cycle: a workflow's steps form a DAG")
+    return n, form
 
 
 # ------------------------------------------------------------------------------------------------
