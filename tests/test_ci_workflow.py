@@ -57,8 +57,12 @@ def qlwfw_calls() -> list[tuple[str, list[str]]]:
             for line in script.splitlines():
                 if "./qlwfw" not in line:
                     continue
-                command = re.split(r"\|\||&&|;|\||>", line.split("./qlwfw", 1)[1])[0]
-                calls.append((name, shlex.split(command)))
+                # shell words, operators (|, &&, ;, >) apart unless quoted: a shape name holds '>'
+                lexer = shlex.shlex(line.split("./qlwfw", 1)[1], posix=True, punctuation_chars=True)
+                lexer.whitespace_split = True
+                words = list(lexer)
+                operator = next((i for i, w in enumerate(words) if w and set(w) <= set("|&;<>()")), len(words))
+                calls.append((name, words[:operator]))
     return calls
 
 
@@ -153,10 +157,16 @@ def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findi
 
 
 def test_the_nightly_explores_every_small_shape_with_the_full_alphabet_and_keeps_its_traces() -> None:
+    """Every shape of up to 2 steps, and every 3-step shape but the three free steps (Q-131, Q-133)."""
+    from qlwf.conformance.checkers.explore import dag_shapes
+
     job = workflow()["jobs"]["campaign"]
-    (argv,) = [argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "explore"]
-    args = build_parser().parse_args(argv)
-    assert args.full and args.max_steps >= 2
+    calls = [build_parser().parse_args(argv) for name, argv in qlwfw_calls()
+             if name == "campaign" and argv[0] == "explore"]
+    assert all(args.full for args in calls)
+    assert any(args.max_steps is not None and args.max_steps >= 2 for args in calls)
+    named = {shape for args in calls for shape in args.shape}
+    assert named == set(dag_shapes(3)) - {(3, ())}
     (step,) = [s for s in job["steps"] if "./qlwfw explore" in s.get("run", "")]
     assert step["if"] == "success() || failure()"  # a campaign's finding does not skip it
     traces = step["env"]["QLWF_TRACE_DIR"]
