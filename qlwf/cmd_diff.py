@@ -30,8 +30,9 @@ def register(subparsers: Any) -> None:
                    "current directory)")
     p.add_argument("--max-steps", type=integer(1, MAX_K), default=2, metavar="K",
                    help=f"DAG shapes of 1..K steps (default 2, at most {MAX_K})")
-    p.add_argument("--shape", action="append", metavar="NAME",
-                   help="explore only this shape, e.g. '2:a>b' (repeatable; names as `qlwf explore` prints them)")
+    p.add_argument("--shape", type=_shape_name, action="append", metavar="NAME",
+                   help="explore only this shape, e.g. '2:a>b' (repeatable; names as `qlwf explore` prints them, "
+                        "or any relabelling)")
     p.add_argument("--bound", type=integer(1, MAX_K), default=2, metavar="N", help="proof bound N (default 2)")
     p.add_argument("--prove-only", action="append", metavar="NAME",
                    help="only these proof properties (fnmatch pattern as for `qlwf prove --only`; repeatable)")
@@ -42,6 +43,16 @@ def register(subparsers: Any) -> None:
                         "are replaced)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     p.set_defaults(func=main)
+
+
+def _shape_name(text: str) -> str:
+    """The explorer's own name for the shape `text` describes (both models are asked by that name)."""
+    from qlwf.conformance.checkers.explore import parse_shape, shape_name
+
+    try:
+        return shape_name(parse_shape(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(args: argparse.Namespace) -> int:

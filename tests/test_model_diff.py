@@ -8,6 +8,7 @@ rewrites the source text it needs, so the tests keep working while table rows ga
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import shutil
@@ -304,7 +305,18 @@ def test_an_unknown_shape_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.chdir(repo)
     code, err = run_in_process(capsys, "--base", "HEAD", "--max-steps", "1", "--shape", "1:-", "--shape", "2:b>a",
                                "--no-proofs", "--no-oracle")
-    assert code == 2 and "2:b>a" in err, err
+    assert code == 2 and "no DAG shape of 1..1 steps is named 2:a>b" in err, err  # named as the explorer names it
+
+
+def test_a_shape_is_asked_for_by_the_explorers_name_whatever_labelling_is_given() -> None:
+    from qlwf import cmd_diff
+
+    parser = argparse.ArgumentParser()
+    cmd_diff.register(parser.add_subparsers())
+    args = parser.parse_args(["diff", "--base", "HEAD", "--max-steps", "3", "--shape", "3:b>c", "--shape", "3:c>a,c>b"])
+    assert args.shape == ["3:a>b", "3:a>b,a>c"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["diff", "--base", "HEAD", "--shape", "2:a>b,b>a"])
 
 
 @pytest.fixture(params=[True, False], ids=["data-filter", "python-before-3.11.4"])
