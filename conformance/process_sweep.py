@@ -30,6 +30,7 @@ import os
 import secrets
 import select
 import signal
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,7 @@ TOKEN_VAR = "QLWF_DRIVER_TOKEN"
 # One per harness process tree: made at import, before any worker forks, and inherited by them.
 RUN = secrets.token_hex(8)
 _PROC = Path("/proc")
+_EXIT_WAIT_S = 2.0  # for the killed to be gone (a SIGKILL takes effect when the process next runs)
 _MAX_ROUNDS = 64  # stop-and-rescan rounds: each round only finds children forked before their parent stopped
 
 
@@ -193,10 +195,31 @@ def sweep(matches: Callable[[str], bool], pinned: Iterable[Pinned] = ()) -> list
                 break
         for pin in held.values():
             pin.signal(signal.SIGKILL)  # stopped processes die of it too
+        _await_exit(held.values())
         return [f"{p.pid} ({p.name})" for p in held.values()]
     finally:
         for pin in held.values():
             pin.close()
+
+
+def _await_exit(pins: Iterable[Pinned], timeout_s: float = _EXIT_WAIT_S) -> None:
+    """Until every pinned process has exited (a SIGKILL is delivered, not yet acted on, when kill()
+    returns), or `timeout_s`: so that "killed" is a fact when the sweep reports it. Pids without a
+    pidfd cannot be watched; a process in uninterruptible sleep may outlast the wait."""
+    poller = select.poll()
+    watched = 0
+    for pin in pins:
+        if pin.fd is not None:
+            poller.register(pin.fd, select.POLLIN)
+            watched += 1
+    deadline = time.monotonic() + timeout_s
+    while watched:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            return
+        for fd, _ in poller.poll(left_ms):
+            poller.unregister(fd)
+            watched -= 1
 
 
 def _taken(pid: int, matches: Callable[[str], bool], parents: set[int]) -> bool:
