@@ -238,10 +238,9 @@ def _stopped_by(e: Exception, command: str, before: frozenset[int]) -> int:
         stdio.discard_stdout()
         _stop_servers(before)
         return 128 + signal.SIGPIPE
-    system = system_stop(e)
     if isinstance(e, OSError) and e.errno in stdio.IO_ERRNOS:  # a full disk is not a bug (decisions Q-117)
         code, message = EXIT_IO, f"stopped by an I/O error, no verdict: {e}"
-    elif system is not None:
+    elif (system := system_stop(e)) is not None:  # memory gone, a worker killed (decisions Q-132)
         code, message = EXIT_OS, f"stopped by the system, no verdict: {system}"
     else:
         traceback.print_exc()

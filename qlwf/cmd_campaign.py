@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--minutes", type=up_to(MAX_MINUTES, "minutes"), required=True,
                    help=f"deadline (fractions allowed, at most {MAX_MINUTES}: 30 days)")
     p.add_argument("--workers", type=processes(), default=min(MAX_PROCESSES, os.cpu_count() or 1),
-                   help="local worker processes (default: the number of cores)")
+                   help=f"local worker processes, 1..{MAX_PROCESSES} (default: the number of cores)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the shards on the Dask cluster at ADDRESS (pip install 'qlwf[cluster]')")
     p.add_argument("--seed", type=int, help="the campaign seed (default: random, printed)")
@@ -88,8 +88,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"fuzzed oracle lines per shard (default {Budget.oracle_lines})")
     p.add_argument("--explore-max-steps", type=integer(1, MAX_SHAPE_STEPS), default=Budget.explore_max_steps,
                    metavar="K", help=f"explorer shards: every DAG shape of 1..K steps (default "
-                                     f"{Budget.explore_max_steps}, at most {MAX_SHAPE_STEPS}); "
-                        "those of K steps start at an offset derived from the seed")
+                                     f"{Budget.explore_max_steps}, at most {MAX_SHAPE_STEPS}); those of K steps "
+                                     "start at an offset derived from the seed")
     p.add_argument("--explore-max-depth", type=integer(1), metavar="D",
                    help="bound the explorer's search depth (default: exhaustive over each shape)")
     p.set_defaults(func=run)
