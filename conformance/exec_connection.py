@@ -162,7 +162,6 @@ class DriverConnection:
         """`close`, then the process has CLOSE_GRACE_S to exit and is terminated if it has not."""
         try:
             if self.process.usable:
-                self.process.pin_family()  # a driver may exit as soon as it has answered close
                 # closing a broken driver: it is killed below either way
                 with contextlib.suppress(DriverFailure, DriverRefused):
                     self.expect_keys("close", self.request("close"), set())

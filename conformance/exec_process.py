@@ -2,8 +2,13 @@
 
 The harness never trusts the driver: every response must arrive within the timeout, be one JSON
 object on one line, and nothing may arrive unasked. Any breach is a `DriverFailure` naming what
-happened, the last request and the tail of the driver's stderr; the process (its whole process
-group: a shell wrapper's children too) is then killed and reaped. Every exit path reaps it.
+happened, the last request and the tail of the driver's stderr; the driver is then killed with
+everything it started, and reaped. Every exit path reaps it.
+
+The driver runs under a keeper (conformance/driver_keeper.py, decisions Q-134): a child subreaper
+that stays the driver's parent and holds everything the driver's tree orphans, so what the driver
+started is found when it ends however it ends. The harness talks to the driver over the keeper's
+inherited pipes and signals only the keeper, its own child.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ STDERR_TAIL_BYTES = 4096
 _REPORT_REQUEST_CHARS = 600
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+KEEPER_START_S = 30.0  # for the keeper to say the driver runs (an interpreter starting, on a loaded host)
+KEEPER_END_S = 10.0  # for the keeper to end after SIGUSR1: its sweep and reaping (2 s each at most)
 
 
 class DriverFailure(BackendBroken):
@@ -65,9 +72,10 @@ class DriverFailure(BackendBroken):
 
 
 def _child_setup() -> None:
-    """In the child before exec (Linux): SIGTERM when the harness thread that started it dies, even by
-    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up; and a child
-    subreaper, so that what it starts and orphans stays in its process tree (Q-130). Both outlive exec."""
+    """In the keeper before exec (Linux): SIGTERM when the harness thread that started it dies, even by
+    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up (the keeper then ends
+    the driver and what it started); and a child subreaper, so that what the driver's tree orphans
+    becomes the keeper's (Q-134). Both outlive exec."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -77,7 +85,7 @@ def _child_setup() -> None:
 class DriverProcess:
     """One started driver: `exchange(request)` writes a line and reads the answer line."""
 
-    def __init__(self, command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None,
+    def __init__(self, command: Sequence[str], timeout_s: float,
                  transcript: list[tuple[str, str]] | None = None) -> None:
         if not command:
             raise ValueError("empty driver command")
@@ -89,22 +97,33 @@ class DriverProcess:
         self._buffer = b""
         # stderr goes to a file, not a pipe: a chatty driver can never block on it (closed by _release)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        # what outlives the driver outside its process group is found by this token (Q-126)
+        # what escaped the keeper (a keeper killed by SIGKILL) is found by this token (Q-126)
         self._token = process_sweep.driver_token()
-        env = {**(os.environ if env is None else env), process_sweep.TOKEN_VAR: self._token}
+        env = {**os.environ, process_sweep.TOKEN_VAR: self._token}
+        self._report, report = os.pipe()  # the keeper writes, the harness reads
+        self._reported = b""  # read from the keeper and not yet taken
+        keeper = [sys.executable, "-m", f"{__package__}.driver_keeper", str(report), "--", *self.command]
         try:
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(keeper, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
-                                         preexec_fn=_child_setup)
+                                         preexec_fn=_child_setup, pass_fds=(report,))
         except OSError as e:
             self._stderr.close()
+            os.close(self._report)
             raise DriverFailure("exited", f"cannot start {self.command!r}: {e}") from e
+        finally:
+            os.close(report)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         os.set_blocking(self._in, False)
         self.failure: DriverFailure | None = None
         self.interrupted = False
-        self._family: list[process_sweep.Pinned] | None = None  # pinned when its end begins (Q-130)
+        self.driver_pid = 0  # the driver, the keeper's child (for diagnostics and tests only: signal the keeper)
+        try:
+            self._await_start()
+        except BaseException:  # an interrupt too: the keeper is ended and reaped on every path
+            self.kill()
+            raise
 
     # ---- the channel ----------------------------------------------------------------------------
     def send(self, request: Message, timeout_s: float | None = None) -> float:
@@ -247,32 +266,48 @@ class DriverProcess:
                 return False
             time.sleep(0.01)
 
-    def _signal_group(self, sig: signal.Signals) -> None:
-        if self.proc.returncode is not None:  # reaped: the group id may belong to someone else now
+    def _await_start(self) -> None:
+        """The keeper's first report line: the driver runs, or could not be started (then reaped)."""
+        deadline = time.monotonic() + KEEPER_START_S
+        while b"\n" not in self._reported and len(self._reported) < 4096 and time.monotonic() < deadline:
+            ready, _, _ = select.select([self._report], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self._report, 4096) if ready else b""
+            if ready and not chunk:
+                break
+            self._reported += chunk
+        line, _, self._reported = self._reported.partition(b"\n")
+        started, _, pid = line.decode(errors="replace").partition(" ")
+        if started == "started" and pid.isdigit():
+            self.driver_pid = int(pid)
+            return
+        self._terminate()
+        tail = self.stderr_tail()
+        self._release()
+        reason = line.decode(errors="replace").strip().removeprefix("failed ") or "the driver keeper did not start"
+        raise DriverFailure("exited", f"cannot start {self.command!r}: {reason}", stderr_tail=tail)
+
+    def _signal_keeper(self, sig: signal.Signals) -> None:
+        if self.proc.returncode is not None:  # reaped: the pid may belong to someone else now
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
-    def pin_family(self) -> None:
-        """Pin what the driver runs, before anything lets it exit: at its exit the kernel hands what it
-        orphaned on to init, out of reach of the process tree (Q-130). The first call counts."""
-        if self._family is None and self.proc.returncode is None and not self._exited_within(0.0):
-            self._family = process_sweep.family(self.proc.pid)
+            os.kill(self.proc.pid, sig)
 
     def _terminate(self) -> None:
-        """SIGTERM the driver's process group, SIGKILL what is left after a second, reap the driver."""
+        """SIGTERM the driver's process group, SIGKILL it after a second, and let the keeper kill
+        what else remains of its tree; reap the keeper, then report what was killed outside the group."""
         if self.proc.returncode is not None:
             return
-        self.pin_family()
         if not self._exited_within(0.0):
-            self._signal_group(signal.SIGTERM)
+            self._signal_keeper(signal.SIGTERM)  # passed on to the driver's group
             self._exited_within(1.0)
-        self._signal_group(signal.SIGKILL)  # a driver ignoring SIGTERM, and children left in its group
-        # its group's members are dying of that (read while the driver, the group's leader, is unreaped)
-        family, self._family = process_sweep.outside_group(self._family or (), self.proc.pid), []
-        self.proc.wait()
-        # and those that left the group: its family as pinned, and whatever carries its token
-        left = process_sweep.sweep_driver(self._token, family)
+        self._signal_keeper(signal.SIGUSR1)  # kill the group now, then everything else in the tree
+        try:
+            self.proc.wait(KEEPER_END_S)
+        except subprocess.TimeoutExpired:  # a keeper that cannot end: what it held is left to the token
+            self.proc.kill()
+            self.proc.wait()
+        left = self._kept()
+        left += process_sweep.sweep_driver(self._token)  # what escaped a keeper killed from outside
         if left:
             print(f"qlwf: the driver {visible(_clip(' '.join(self.command), 200))} left {len(left)} process(es) "
                   f"running outside its process group, killed: {visible(', '.join(left))}", file=sys.stderr)
@@ -292,7 +327,6 @@ class DriverProcess:
     def finish(self, grace_s: float) -> int:
         """Orderly end after `close`: stdin closed, `grace_s` to exit on its own, then killed; its status."""
         try:
-            self.pin_family()
             assert self.proc.stdin is not None  # started with stdin=PIPE
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
@@ -301,6 +335,19 @@ class DriverProcess:
             self.kill()
         return self.proc.returncode
 
+    def _kept(self) -> list[str]:
+        """What the keeper, now ended, reported killing outside the driver's group ("pid (name)" lines)."""
+        if self._report < 0:
+            return []
+        data, self._reported = self._reported, b""
+        with contextlib.suppress(OSError):
+            while select.select([self._report], [], [], 0.0)[0] and len(data) < 1 << 20:
+                chunk = os.read(self._report, 1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+        return data.decode(errors="replace").splitlines()
+
     def _release(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
@@ -308,6 +355,10 @@ class DriverProcess:
                     stream.close()
         with contextlib.suppress(OSError):
             self._stderr.close()
+        if self._report >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._report)
+            self._report = -1
 
 
 def _exit_status(code: int) -> str:

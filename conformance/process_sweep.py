@@ -1,26 +1,23 @@
-"""Finding and killing what a driver left running outside its process group (decisions Q-126, Q-130).
+"""Finding and killing what a driver left running outside its process group (decisions Q-126, Q-134).
 
-A driver runs in a process group of its own, and the harness ends it by signalling that group. A
-descendant that calls setsid() (pg_ctl starting a server does) or whose parent exits leaves the
-group and outlives the driver. Two things find those:
+A driver runs in a process group of its own under a keeper (conformance/driver_keeper.py), a child
+subreaper: a descendant that calls setsid() (pg_ctl starting a server does) leaves the driver's group,
+and one whose parent exits is handed to the keeper, not to init. Two things find such processes:
 
-* Its family. Every driver is a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across exec), so
-  a descendant orphaned while the driver lives is handed to the driver, not to init: the driver's
-  process tree holds everything it started that still runs. The harness pins that tree (`family`)
-  before it lets the driver end, since at its exit the kernel hands the orphans on to init.
-* Its token. Every driver starts with `QLWF_DRIVER_TOKEN=<run>.<driver>` in its environment, which
-  its descendants inherit: this finds what the family misses (a descendant orphaned after the
-  family was pinned, what a driver that died by itself or a killed `--jobs` worker's driver left).
+* The keeper's tree. When the driver has exited the keeper sweeps from itself (`roots`): its children
+  and theirs, whatever their session, group or environment; the driver's group is killed but not
+  named (`quiet_group`).
+* The token. Every driver starts with `QLWF_DRIVER_TOKEN=<run>.<driver>` in its environment, which its
+  descendants inherit: this finds what a keeper killed from outside (SIGKILL) could not hold.
 
-Once the driver is gone, every pinned process still running, every process carrying its token and
-every child of one already held is stopped (a stopped process cannot fork), found again until no
-new one appears, then killed. Each is pinned by a pidfd before it is checked, so a reused pid is
-never signalled. The run part of the token is shared by every driver of one harness run (forked
-`--jobs` workers inherit it), so the CLI sweeps whatever a killed worker's driver left when it ends.
+Every process found is stopped (a stopped process cannot fork), searched again for children until no
+new one appears, then killed. Each is pinned by a pidfd before it is checked, so a reused pid is never
+signalled. The run part of the token is shared by every driver of one harness run (forked `--jobs`
+workers inherit it), so the CLI also sweeps what any of them left when it ends.
 
-Limits: Linux only (/proc); a process both orphaned after its family was pinned (or with no family
-pinned: a driver that died by itself) and started with its environment cleared, or one that runs as
-another user when the harness is not root, is not found or cannot be signalled.
+Limits: Linux only (/proc, prctl); a process that runs as another user when the harness is not root
+cannot be signalled; a process outside a keeper that was killed by SIGKILL and started with its
+environment cleared is not found.
 """
 
 from __future__ import annotations
@@ -73,19 +70,6 @@ def _stat_fields(pid: int) -> list[bytes]:
 def _parent_of(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[1]) if len(fields) > 2 else None
-
-
-def outside_group(pinned: Iterable[Pinned], group: int) -> list[Pinned]:
-    """The pins whose process is not in process group `group` (which the caller has just killed: its
-    members are dying, not left behind); the others are closed. `group` must not be reusable yet."""
-    kept = []
-    for pin in pinned:
-        fields = _stat_fields(pin.pid)
-        if len(fields) > 2 and int(fields[2]) == group and pin.running():
-            pin.close()
-        else:
-            kept.append(pin)
-    return kept
 
 
 def _pids() -> Iterator[int]:
@@ -143,60 +127,48 @@ class Pinned:
             self.fd = None
 
 
-def family(root: int) -> list[Pinned]:
-    """Every running descendant of `root` (a child of ours, unreaped, so its pid is stable), pinned:
-    children by /proc's parent links, checked again through each pin. Processes run meanwhile, so this
-    is a snapshot; `sweep` stops and searches again what is still running."""
-    pinned: list[Pinned] = []
-    parents = {root}
-    for _ in range(_MAX_ROUNDS):  # a level of the tree a round; bounded, as the tree may grow meanwhile
-        children = [pid for pid in _pids() if pid not in parents and _parent_of(pid) in parents]
-        fresh = []
-        for pid in children:
-            pin = Pinned(pid)
-            if _parent_of(pid) in parents and pin.running():  # the pid was not reused between the reads
-                fresh.append(pin)
-            else:
-                pin.close()
-        if not fresh:
-            break
-        pinned += fresh
-        parents |= {p.pid for p in fresh}
-    return pinned
-
-
-def sweep(matches: Callable[[str], bool], pinned: Iterable[Pinned] = ()) -> list[str]:
+def sweep(matches: Callable[[str], bool], pinned: Iterable[Pinned] = (), roots: Iterable[int] = (),
+          quiet_group: int | None = None) -> list[str]:
     """Stop, then kill, every process of `pinned` still running and every other process whose driver
-    token satisfies `matches` or whose parent is one already held; "pid (name)" of each. Takes over
-    (and closes) the pins."""
+    token satisfies `matches` or whose parent is one of `roots` or one already held; "pid (name)" of
+    each, but those of process group `quiet_group` (already killed with their group: dying, not left
+    behind). Takes over (and closes) the pins."""
     held: dict[int, Pinned] = {}
+    named: list[Pinned] = []
+
+    def hold(pin: Pinned) -> None:
+        held[pin.pid] = pin
+        pin.signal(signal.SIGSTOP)
+        fields = _stat_fields(pin.pid)
+        if quiet_group is None or len(fields) < 3 or int(fields[2]) != quiet_group:
+            named.append(pin)
+
     try:
         for pin in pinned:
             if pin.pid in held or not pin.running():
                 pin.close()
                 continue
-            held[pin.pid] = pin
-            pin.signal(signal.SIGSTOP)
+            hold(pin)
         for _ in range(_MAX_ROUNDS):
             # parents held and still there (stopped: they cannot fork, and their pids cannot be reused)
-            parents = {pid for pid, pin in held.items() if pin.running()}
+            parents = {pid for pid, pin in held.items() if pin.running()} | set(roots)
             found = False
             for pid in _pids():
                 if pid in held or not _taken(pid, matches, parents):
                     continue
                 pin = Pinned(pid)
-                if not _taken(pid, matches, parents):  # checked again through the pin: the pid may be reused
+                # checked again through the pin (the pid may be reused); an exited child is no one's to kill
+                if not pin.running() or not _taken(pid, matches, parents):
                     pin.close()
                     continue
-                held[pid] = pin
-                pin.signal(signal.SIGSTOP)
+                hold(pin)
                 found = True
             if not found:
                 break
         for pin in held.values():
             pin.signal(signal.SIGKILL)  # stopped processes die of it too
         _await_exit(held.values())
-        return [f"{p.pid} ({p.name})" for p in held.values()]
+        return [f"{p.pid} ({p.name})" for p in named]
     finally:
         for pin in held.values():
             pin.close()

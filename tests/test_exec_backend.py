@@ -267,7 +267,7 @@ def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
         def prefetch(self, step: dict[str, Any], now: int) -> None:
             KillAt.calls += 1
             if KillAt.calls == 3:  # after step 2, for step 3
-                os.kill(self.connection.process.proc.pid, signal.SIGKILL)
+                os.kill(self.connection.process.driver_pid, signal.SIGKILL)
                 self.connection.process._exited_within(2.0)
             super().prefetch(step, now)
 
@@ -309,14 +309,14 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-# escape-env with --jobs 2 is not here: a terminated worker's driver dies of its parent's death, and what
-# it orphaned with a cleared environment is out of reach (docs/protocol.md, Q-130)
 @pytest.mark.parametrize(("bug", "jobs"), [("linger", "1"), ("linger", "2"), ("hang-at:5", "1"), ("escape", "1"),
-                                         ("escape", "2"), ("escape-env", "1")])
+                                         ("escape", "2"), ("escape-env", "1"), ("escape-env", "2")])
 def test_sigterm_of_conform_leaves_no_driver_behind(tmp_path: Path, bug: str, jobs: str) -> None:
     """`linger` never exits by itself: only the harness can end it, also when the CLI terminates its
-    pool workers (they die at once; their drivers get SIGTERM as their parent dies). `hang-at` has
-    the signal arrive while the harness waits for a response."""
+    pool workers (they die at once; their drivers' keepers get SIGTERM as their parent dies, and end
+    the drivers). `hang-at` has the signal arrive while the harness waits for a response. `escape-env`
+    with two jobs was out of reach before the keeper (Q-134): what a terminated worker's driver had
+    orphaned with a cleared environment went to init."""
     marker = f"qlwf-exec-test-{os.getpid()}-{bug}-{jobs}"  # an extra argument, to find the driver by
     with subprocess.Popen([sys.executable, "-m", "qlwf.cli", "conform", "--backend", "exec", "--driver",
                            shlex.join([*BROKEN, bug, marker]), "--traces", "400", "--jobs", jobs,
@@ -346,17 +346,20 @@ def _kill_all(marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("mode", ["escape", "escape-env"])
-@pytest.mark.parametrize("extra", [[], ["--jobs", "2"], ["hang-at:5", "--driver-timeout", "1"]])
+@pytest.mark.parametrize(("mode", "extra"), [
+    *((mode, extra) for mode in ("escape", "escape-env")
+      for extra in ([], ["--jobs", "2"], ["hang-at:5", "--driver-timeout", "1"])),
+    ("escape-env", ["die-at:2"]), ("escape-env-late", []), ("escape-env-late", ["--jobs", "2"])])
 def test_what_a_driver_leaves_outside_its_process_group_is_killed(
         mode: str, extra: list[str], capsys: pytest.CaptureFixture[str], reaped: None) -> None:
     """`escape` starts a process in a session of its own whose parent exits at once (as pg_ctl starts a
     server): signalling the driver's group never reaches it. Found when the driver ends: after a passing
-    run, from `--jobs` workers, and after a breach (a driver that stops answering: the harness kills it).
-    `escape` is found by the driver's token (Q-126); `escape-env` clears its environment, so only by the
-    driver's process tree, which holds it because the driver is a child subreaper (Q-130)."""
+    run, from `--jobs` workers, after a breach (a driver that stops answering: the harness kills it) and
+    after the driver died by itself. `escape` carries the driver's token (Q-126); `escape-env` clears its
+    environment, and is found in the keeper's tree (Q-134). Before the keeper, an `escape-env` process
+    was missed when its driver died by itself (`die-at`) or started it on close (`escape-env-late`)."""
     marker = f"qlwf-escape-test-{os.getpid()}-{mode}-{'-'.join(extra)}"
-    bug = [a for a in extra if a.startswith("hang-at")]
+    bug = [a for a in extra if a.startswith(("hang-at", "die-at"))]
     driver = [*BROKEN, mode, marker, *bug]
     options = [a for a in extra if a not in bug]
     try:

@@ -1,5 +1,6 @@
-"""conformance/process_sweep.py on its own: reading a process's family from /proc (decisions Q-130).
-The end-to-end cases (drivers that leave processes behind) are in tests/test_exec_backend.py."""
+"""conformance/process_sweep.py on its own: reading /proc, sweeping from a root, a quiet group (decisions
+Q-130, Q-134). The end-to-end cases (drivers that leave processes behind) are in tests/test_exec_backend.py
+and tests/test_driver_keeper.py."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,22 +55,22 @@ def test_a_parent_is_read_whatever_the_command_name_holds(tree: tuple[subprocess
     assert process_sweep._parent_of(2**22 + 1) is None  # above pid_max: no such process
 
 
-def test_the_family_is_every_running_descendant_pinned(tree: tuple[subprocess.Popen[bytes], int]) -> None:
+def test_a_sweep_from_a_root_kills_its_descendants_only(tree: tuple[subprocess.Popen[bytes], int]) -> None:
     child, grandchild = tree
-    pinned = process_sweep.family(os.getpid())
-    try:
-        assert {child.pid, grandchild} <= {p.pid for p in pinned}
-        assert all(p.running() for p in pinned if p.pid in (child.pid, grandchild))
-    finally:
-        for p in pinned:
-            p.close()
-    # the sweep takes the pins over: the grandchild is stopped and killed, the child (ours) too
-    mine = process_sweep.family(child.pid)
-    assert [p.pid for p in mine] == [grandchild]
-    assert process_sweep.sweep(lambda _token: False, mine) == [f"{grandchild} ({mine[0].name})"]
+    name = process_sweep._command_name(grandchild)
+    assert process_sweep.sweep(lambda _token: False, roots={child.pid}) == [f"{grandchild} ({name})"]
     # dead when the sweep returns, not merely signalled (its parent has not reaped it: a zombie)
     assert process_sweep._stat_fields(grandchild)[:1] in ([], [b"Z"])
-    assert child.poll() is None  # only what was pinned
+    assert child.poll() is None  # the root itself is not swept
+
+
+def test_an_exited_child_of_a_root_is_not_killed_or_named(tree: tuple[subprocess.Popen[bytes], int]) -> None:
+    child, grandchild = tree
+    os.kill(grandchild, signal.SIGKILL)
+    deadline = time.monotonic() + 5  # a SIGKILL takes effect when the process next runs
+    while process_sweep._stat_fields(grandchild)[:1] not in ([], [b"Z"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process_sweep.sweep(lambda _token: False, roots={child.pid}) == []  # a zombie, its parent's to reap
 
 
 def test_a_pin_of_a_process_that_exited_is_not_running(awkward_python: Path) -> None:
@@ -86,16 +88,16 @@ def test_a_pin_of_a_process_that_exited_is_not_running(awkward_python: Path) -> 
             child.wait()
 
 
-def test_the_members_of_a_killed_group_are_not_counted_as_left_behind(awkward_python: Path) -> None:
+def test_the_members_of_the_quiet_group_are_killed_but_not_named(awkward_python: Path) -> None:
     leader = subprocess.Popen([str(awkward_python), "-c", SLEEP], start_new_session=True)
     outsider = subprocess.Popen([str(awkward_python), "-c", SLEEP], start_new_session=True)
-    pins = [process_sweep.Pinned(leader.pid), process_sweep.Pinned(outsider.pid)]
     try:
-        kept = process_sweep.outside_group(pins, leader.pid)
-        assert [p.pid for p in kept] == [outsider.pid]
-        for p in kept:
-            p.close()
+        pins = [process_sweep.Pinned(leader.pid), process_sweep.Pinned(outsider.pid)]
+        name = pins[1].name
+        assert process_sweep.sweep(lambda _token: False, pins, quiet_group=leader.pid) == [f"{outsider.pid} ({name})"]
+        assert leader.wait(5) == outsider.wait(5) == -signal.SIGKILL
     finally:
         for proc in (leader, outsider):
-            proc.kill()
-            proc.wait()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -21,6 +21,7 @@ Protocol bugs (at the Nth apply request, counted from 1):
   escape TAG [BUG]  start a process that leaves the driver's session (setsid), whose parent exits at
                 once, and that sleeps for ever with TAG among its arguments; then serve with BUG (or none)
   escape-env TAG [BUG]  the same, started with an empty environment (as sudo or `env -i` would)
+  escape-env-late TAG [BUG]  escape-env when the close request arrives, before answering it
   slow-start:S  serve correctly, but start S seconds late (before reading hello): not a bug
 Each protocol bug says what it does on stderr first, so the harness's stderr tail can be checked.
 """
@@ -103,9 +104,11 @@ def escape(tag: str, env: dict[str, str] | None = None) -> None:
 
 def main() -> int:
     bug = sys.argv[1]
-    if bug in ("escape", "escape-env"):
-        say("starting a process outside the driver's session")
-        escape(sys.argv[2], {} if bug == "escape-env" else None)
+    late = bug == "escape-env-late"
+    if bug in ("escape", "escape-env", "escape-env-late"):
+        if not late:
+            say("starting a process outside the driver's session")
+            escape(sys.argv[2], {} if bug == "escape-env" else None)
         bug = sys.argv[3] if len(sys.argv) > 3 else "none"
     name, _, n = bug.partition(":")
     at = int(n) if n.isdigit() else 0  # linger:TAG takes a tag to find the process by
@@ -121,6 +124,9 @@ def main() -> int:
     applies = 0
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        if late and request.get("type") == "close":
+            say("starting a process outside the driver's session, on close")
+            escape(sys.argv[2], {})
         response = server.handle(request)
         if request.get("type") == "apply":
             applies += 1
