@@ -251,8 +251,8 @@ class DriverProcess:
             return ""
 
     def _exited_within(self, timeout_s: float) -> bool:
-        """Whether the driver has exited, without reaping it: while unreaped, its pid (our process
-        group id) cannot be reused, so signalling the group never reaches a stranger."""
+        """Whether the driver has exited and its keeper has ended after it, without reaping the keeper:
+        while unreaped, its pid cannot be reused, so a signal to it never reaches a stranger."""
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.returncode is not None:
