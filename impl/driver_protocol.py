@@ -12,7 +12,6 @@ request is answered with `failure` and the loop goes on. The loop ends on `close
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -20,8 +19,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, BinaryIO, Protocol
 
-from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FaultInjection, Record, Snapshot
+from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, ChangeTracking, CommandPort, FaultInjection, Record, Snapshot
 from qlwf.model import strict_json
+from qlwf.model.canonical import plain_canonical_json
 from qlwf.model.errors import QlwfError
 from qlwf.model.records import KIND_KEYS
 
@@ -54,6 +54,8 @@ class Server:
         self._shut = False
         # the state as last returned to the harness (snapshot or changes), by kind and key
         self._sent: dict[str, dict[tuple[Any, ...], Record]] = {k: {} for k in SNAPSHOT_KINDS}
+        # kinds to read back at the next `changes` besides those the port says it wrote (ChangeTracking)
+        self._stale: set[str] = set(SNAPSHOT_KINDS)
 
     def handle(self, request: Any) -> Message:
         if not isinstance(request, dict):
@@ -82,6 +84,7 @@ class Server:
         self._release()
         self.port = self.factory.open()
         self._sent = {k: {} for k in SNAPSHOT_KINDS}
+        self._stale = set(SNAPSHOT_KINDS)
         return {}
 
     def _apply(self, request: Message) -> Message:
@@ -97,7 +100,7 @@ class Server:
         if request.get("snapshot") is True:
             body["snapshot"] = self._full(port.snapshot())
         elif request.get("snapshot") == "changes":
-            body["changes"] = self._changes(port.snapshot())
+            body["changes"] = self._changes(port)
         return body
 
     def _snapshot(self, _request: Message) -> Message:
@@ -107,12 +110,25 @@ class Server:
         self._sent = {kind: _by_key(kind, records) for kind, records in snapshot.items()}
         return snapshot
 
-    def _changes(self, snapshot: Snapshot) -> list[Message]:
-        """Records added, changed (the new record) or removed (null) since the state last returned."""
+    def _changes(self, port: CommandPort) -> list[Message]:
+        """Records added, changed (the new record) or removed (null) since the state last returned.
+
+        A port that tracks what it writes (ChangeTracking, as the SQL adapters do) is read back only
+        for the kinds it wrote since, as in-process lockstep reads it (decisions Q-50, Q-135); the
+        harness checks the sum of the changes against a full snapshot at `close`."""
+        if isinstance(port, ChangeTracking):
+            kinds = port.written_kinds() | self._stale
+            snapshot = port.snapshot_kinds(kinds) if kinds else {}  # a refusal writes nothing
+            self._stale = set()
+        else:
+            snapshot = port.snapshot()
         changes: list[Message] = []
         for kind, records in snapshot.items():
             old, new = self._sent[kind], _by_key(kind, records)
-            changes += [{"kind": kind, "key": list(key), "record": r} for key, r in new.items() if old.get(key) != r]
+            # a record read back unchanged is usually the very object sent before (the adapters'
+            # row memos): identity first spares a deep comparison of every unchanged record
+            changes += [{"kind": kind, "key": list(key), "record": r} for key, r in new.items()
+                        if (o := old.get(key)) is not r and o != r]
             changes += [{"kind": kind, "key": list(key), "record": None} for key in old.keys() - new.keys()]
             self._sent[kind] = new
         return changes
@@ -122,6 +138,7 @@ class Server:
         if "corrupt" not in self.fault_hooks or not isinstance(port, FaultInjection):
             raise _Refused("this driver offers no corrupt fault hook")
         port.corrupt(request["kind"], request["key"], request["patch"])
+        self._stale.add(request["kind"])  # read back next time, whatever the port tracks
         return {}
 
     def _close(self, _request: Message) -> Message:
@@ -167,7 +184,11 @@ def package_version() -> str:
 
 
 def encode(message: Message) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    """One response line: compact UTF-8 JSON without ASCII escaping. `plain_canonical_json` writes the
+    reference encoder's bytes for every value a response carries (decoded JSON holds no NaN, and a
+    float, were a record to hold one, keeps its value, if not the spelling of its exponent), falling
+    back to that encoder for anything else, which it then encodes or refuses as before."""
+    return plain_canonical_json(message) + b"\n"
 
 
 def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, version: str,

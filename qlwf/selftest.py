@@ -109,9 +109,9 @@ def serve_sqlite_driver_reporting_inserts_only() -> int:
 
     changes = driver_protocol.Server._changes
 
-    def inserts_only(self: Any, snapshot: Any) -> list[Any]:
+    def inserts_only(self: Any, port: Any) -> list[Any]:
         known = {kind: set(records) for kind, records in self._sent.items()}
-        return [c for c in changes(self, snapshot) if tuple(c["key"]) not in known[c["kind"]]]
+        return [c for c in changes(self, port) if tuple(c["key"]) not in known[c["kind"]]]
 
     driver_protocol.Server._changes = inserts_only  # type: ignore[method-assign]
     return driver.main()
