@@ -10,7 +10,7 @@ as a backend crash of that step.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -79,9 +79,14 @@ class DriverConnection:
         request = {"id": self._next_id, "type": kind, **fields}
         return Ticket(self._next_id, kind, self.process.send(request, timeout_s))
 
-    def receive(self, ticket: Ticket) -> Record:
+    def receive(self, ticket: Ticket, then: Callable[[], None] | None = None) -> Record:
+        """The answer to `ticket`, checked; `then` runs as soon as its line has arrived, before the
+        line is parsed and checked (a port sends its next request there: decisions Q-136)."""
         rid, kind = ticket.id, ticket.kind
-        response = self.process.receive(ticket.deadline)
+        line = self.process.receive_line(ticket.deadline)
+        if then is not None:
+            then()
+        response = self.process.parse(line)
         if response.get("id") != rid or type(response.get("id")) is not int:
             self.fail(f"the response id {response.get('id')!r} does not echo the request id {rid}")
         if response.get("type") != kind:

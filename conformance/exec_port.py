@@ -64,6 +64,7 @@ class ExecPort(CommandPort):
         self._unverified = False  # state built from changes since the last full snapshot
         self.send_ahead = ahead
         self._ahead: tuple[tuple[Any, ...], Ticket | DriverFailure] | None = None  # see prefetch
+        self._queued: tuple[tuple[Any, ...], Record] | None = None  # see queue_next
         self._closed = False
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
@@ -92,22 +93,43 @@ class ExecPort(CommandPort):
     def prefetch(self, step: Record, now: int) -> None:
         """Lockstep's hint of its next step: sent now, so the driver runs it while the harness checks
         this one. At most one request is ahead; the call that follows must be that step's."""
-        if not self.send_ahead or self._closed or self._ahead is not None or not self.connection.process.usable:
+        if self._ahead is not None or self._queued is not None:
             return
+        request = self._ahead_request(step, now)
+        if request is not None:
+            with self._exchange():
+                self._send_ahead(*request)
+
+    def queue_next(self, step: Record, now: int) -> None:
+        """Lockstep's hint of the step after the command it is about to run: sent the moment that
+        command's answer line arrives, before the harness parses and checks it (decisions Q-136).
+        Only where the apply answer carries the state (it is then the command's last exchange)."""
+        if not self.batch or self._queued is not None:
+            return
+        self._queued = self._ahead_request(step, now)
+
+    def _ahead_request(self, step: Record, now: int) -> tuple[tuple[Any, ...], Record] | None:
+        if not self.send_ahead or self._closed or not self.connection.process.usable:
+            return None
         if step["op"] == "command":
             if step["name"] not in self.connection.capabilities.commands or type(now) is not int or now < 0:
-                return
-            key, fields = self._apply_request(step["name"], step["args"], now)
-        elif step["op"] == "advance_time":  # nothing to run: the read-back of the state
-            key, fields = ("snapshot",), {}
-        else:
-            return
-        with self._exchange():
-            try:
-                ticket: Ticket | DriverFailure = self.connection.send(key[0], **fields)
-            except DriverFailure as e:  # reported by the call it belongs to
-                ticket = e
-            self._ahead = (key, ticket)
+                return None
+            return self._apply_request(step["name"], step["args"], now)
+        if step["op"] == "advance_time":  # nothing to run: the read-back of the state
+            return ("snapshot",), {}
+        return None
+
+    def _send_ahead(self, key: tuple[Any, ...], fields: Record) -> None:
+        try:
+            ticket: Ticket | DriverFailure = self.connection.send(key[0], **fields)
+        except DriverFailure as e:  # reported by the call it belongs to
+            ticket = e
+        self._ahead = (key, ticket)
+
+    def _send_queued(self) -> None:
+        if self._queued is not None and self.connection.process.usable:
+            queued, self._queued = self._queued, None
+            self._send_ahead(*queued)
 
     @contextlib.contextmanager
     def _exchange(self) -> Iterator[None]:
@@ -128,15 +150,19 @@ class ExecPort(CommandPort):
         return ("apply", name, args, at), {"command": name, "args": args, "atMs": at, **flag}
 
     def _round_trip(self, key: tuple[Any, ...], fields: Record) -> Record:
+        """The answer to the request `key` (sent ahead, or sent now); a request queued behind an apply
+        goes out as soon as that apply's answer line has arrived."""
         if self._ahead is None:
-            return self.connection.request(key[0], **fields)
-        ahead, ticket = self._ahead
-        self._ahead = None
-        if ahead != key:  # the lockstep contract: never a silent re-run of a command sent ahead
-            raise RuntimeError(f"harness: {ahead[:2]} was sent ahead, then {key[:2]} was asked for")
-        if isinstance(ticket, DriverFailure):
-            raise ticket
-        return self.connection.receive(ticket)
+            ticket = self.connection.send(key[0], **fields)
+        else:
+            ahead, sent = self._ahead
+            self._ahead = None
+            if ahead != key:  # the lockstep contract: never a silent re-run of a command sent ahead
+                raise RuntimeError(f"harness: {ahead[:2]} was sent ahead, then {key[:2]} was asked for")
+            if isinstance(sent, DriverFailure):
+                raise sent
+            ticket = sent
+        return self.connection.receive(ticket, self._send_queued if key[0] == "apply" else None)
 
     def _finish_apply(self, body: Record) -> Record:
         """The apply response's outcome, checked, after the state it reports is recorded."""

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -92,7 +93,9 @@ class DriverProcess:
         self.command = list(command)
         self.timeout_s = timeout_s
         self._allowed_s = timeout_s  # the allowance of the request in flight (hello gets the start-up one)
-        self.last_request = ""
+        self.last_request = ""  # the request a failure concerns: in flight, or whose answer is being checked
+        self._unanswered: deque[str] = deque()  # requests sent whose answer line has not been read
+        self._answered = ""  # the request whose answer line was read last
         self.transcript = transcript  # when a list: every line sent (">") and received ("<"), in order
         self._buffer = b""
         # stderr goes to a file, not a pipe: a chatty driver can never block on it (closed by _release)
@@ -134,6 +137,7 @@ class DriverProcess:
             raise DriverFailure("interrupted", "the session was interrupted mid-request", self.last_request)
         line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         self.last_request = _clip(line.decode().rstrip("\n"))
+        self._unanswered.append(self.last_request)
         self._allowed_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + self._allowed_s
         with self._guard():
@@ -150,13 +154,22 @@ class DriverProcess:
 
     def receive(self, deadline: float) -> Message:
         """The response to the request sent last (one line, a JSON object), by `deadline`."""
+        return self.parse(self.receive_line(deadline))
+
+    def receive_line(self, deadline: float) -> bytes:
+        """The response line to the request sent last, by `deadline`, not yet parsed (`parse`): a
+        harness may send its next request first, so the driver works while the line is checked."""
         if self.failure is not None:
             raise self.failure
+        if self._unanswered:  # a timeout or an exit concerns the oldest request not answered
+            self.last_request = self._unanswered[0]
         with self._guard():
             raw = self._read_line(deadline)
+        # a request sent before this line is checked must not take the blame for it
+        self._answered = self._unanswered.popleft() if self._unanswered else self.last_request
         if self.transcript is not None:
             self.transcript.append(("<", raw.decode(errors="replace")))
-        return self._parse(raw)
+        return raw
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -172,7 +185,10 @@ class DriverProcess:
     def usable(self) -> bool:
         return self.failure is None and not self.interrupted
 
-    def _parse(self, raw: bytes) -> Message:
+    def parse(self, raw: bytes) -> Message:
+        """A response line as the JSON object it must be; a breach otherwise (the driver is killed).
+        From here on a failure concerns the request this line answers."""
+        self.last_request = self._answered
         try:
             # Strict: a repeated name or an escaped lone surrogate would let the driver's bytes mean
             # something else to another reader (Q-115); nesting past the decoder's limit is Q-109.

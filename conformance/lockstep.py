@@ -263,8 +263,10 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     # step's result is taken from it (the model is pure, decisions Q-74); any other trace runs the model.
     known = trace.model_run
     state = known.initial if known is not None else State(clock=trace.initial_clock)
-    # a port behind a process boundary may send the next step ahead, to run it while this one is checked
+    # a port behind a process boundary may send the next step ahead, to run it while this one is checked:
+    # behind a command, as soon as the command's answer has arrived (queue_next), else once it is read
     prefetch = getattr(port, "prefetch", None)
+    queue_next = getattr(port, "queue_next", None)
     readback = ReadBack(port, full_every)
     clean_at: int | None = None  # the clock of the last clean invariant evaluation, while nothing changed since
     reuse = _record_check_reuse()
@@ -285,6 +287,8 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         got: Record | None = None
         try:
             if step["op"] == "command":
+                if queue_next is not None and i + 1 < len(trace.steps):
+                    queue_next(trace.steps[i + 1], done.state.clock)
                 got = backend_outcome(port, step["name"], step["args"], done.state.clock)
             elif step["op"] == "corrupt":
                 if not isinstance(port, FaultInjection):

@@ -264,12 +264,12 @@ def test_a_driver_killed_mid_trace_is_reported(reaped: None) -> None:
 
         calls = 0
 
-        def prefetch(self, step: dict[str, Any], now: int) -> None:
+        def _send_ahead(self, key: tuple[Any, ...], fields: dict[str, Any]) -> None:
             KillAt.calls += 1
-            if KillAt.calls == 3:  # after step 2, for step 3
+            if KillAt.calls == 3:  # steps 1, 2 and now 3 go ahead (step 0 is sent as it runs)
                 os.kill(self.connection.process.driver_pid, signal.SIGKILL)
                 self.connection.process._exited_within(2.0)
-            super().prefetch(step, now)
+            super()._send_ahead(key, fields)
 
     factory = ExecBackend(SQLITE_DRIVER, timeout_s=TIMEOUT)
     try:
