@@ -24,7 +24,6 @@ Only the standard library and `process_sweep` are imported: this runs once per d
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -38,7 +37,6 @@ from . import process_sweep
 GRACE_S = 1.0  # from an orphaned keeper's SIGTERM to its SIGKILL: the harness's own grace
 _POLL_S = 0.2  # wake-ups besides the signals (a lost SIGCHLD, a harness that went away)
 _REAP_S = 2.0  # for the killed to be reaped before the keeper exits
-_PR_SET_PDEATHSIG = 1
 _WATCHED = {signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD}
 
 
@@ -46,8 +44,7 @@ def _driver_setup(mask: Iterable[int]) -> None:
     """In the driver before exec: the keeper's signal mask undone (a mask outlives exec), and SIGTERM
     when the keeper dies (only a SIGKILL stops a keeper before its driver)."""
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    process_sweep.bind_to_parent()
 
 
 def _write(fd: int, text: str) -> None:
@@ -121,7 +118,7 @@ def _exit_like(status: int) -> NoReturn:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)  # a signal whose default is not to terminate
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -14,7 +14,6 @@ inherited pipes and signals only the keeper, its own child.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -38,8 +37,6 @@ Message = dict[str, Any]
 MAX_LINE_BYTES = 256 * 1024 * 1024  # a snapshot is large but not this large: beyond, it is garbage
 STDERR_TAIL_BYTES = 4096
 _REPORT_REQUEST_CHARS = 600
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 KEEPER_START_S = 30.0  # for the keeper to say the driver runs (an interpreter starting, on a loaded host)
 KEEPER_END_S = 10.0  # for the keeper to end after SIGUSR1: its sweep and reaping (2 s each at most)
 
@@ -72,15 +69,12 @@ class DriverFailure(BackendBroken):
         return "\n".join(lines)
 
 
-def _child_setup() -> None:
-    """In the keeper before exec (Linux): SIGTERM when the harness thread that started it dies, even by
-    SIGKILL or as a terminated `--jobs` worker, which cannot run its own clean-up (the keeper then ends
-    the driver and what it started); and a child subreaper, so that what the driver's tree orphans
-    becomes the keeper's (Q-134). Both outlive exec."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+def _keeper_setup() -> None:
+    """In the keeper before exec: SIGTERM when the harness thread that started it dies, even by SIGKILL
+    or as a terminated `--jobs` worker, which cannot run its own clean-up (the keeper then ends the
+    driver and what it started); and a child subreaper, so that what the driver's tree orphans becomes
+    the keeper's (Q-134)."""
+    process_sweep.bind_to_parent(subreaper=True)
 
 
 class DriverProcess:
@@ -109,7 +103,7 @@ class DriverProcess:
         try:
             self.proc = subprocess.Popen(keeper, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._stderr, env=env, start_new_session=True, bufsize=0,
-                                         preexec_fn=_child_setup, pass_fds=(report,))
+                                         preexec_fn=_keeper_setup, pass_fds=(report,))
         except OSError as e:
             self._stderr.close()
             os.close(self._report)

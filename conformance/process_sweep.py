@@ -23,10 +23,12 @@ environment cleared is not found.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -37,6 +39,19 @@ RUN = secrets.token_hex(8)
 _PROC = Path("/proc")
 _EXIT_WAIT_S = 2.0  # for the killed to be gone (a SIGKILL takes effect when the process next runs)
 _MAX_ROUNDS = 64  # stop-and-rescan rounds: each round only finds children forked before their parent stopped
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def bind_to_parent(subreaper: bool = False) -> None:
+    """In a child before exec (Linux; both settings outlive exec): SIGTERM when the thread that started
+    it dies, even by SIGKILL; and, with `subreaper`, a child subreaper, so that what its descendants
+    orphan becomes its child instead of init's."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if subreaper:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def driver_token() -> str:
