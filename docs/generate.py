@@ -65,8 +65,16 @@ def tables_md() -> str:
     out += [_row(f"recovery {r}", *p) for r, p in T.RECOVERY_PATH_CODES.items()]
     out += [_row(f"frontier terminal {s}", None, None, None, f"Run errorCode {c}")
             for s, c in T.FRONTIER_TERMINAL_ERROR_CODE.items()]
-    out += _field_effects() + _decisions() + _unreachable()
+    out += _field_effects() + _decisions() + _unreachable() + _ql3_admission_checks()
     return "\n".join(out) + "\n"
+
+
+def _ql3_admission_checks() -> list[str]:
+    out = ["", "## Task attempt admission from ql3's input (task-attempts.md §3A; first failing check answers)", "",
+           "Every failure is Invalid `" + (T.FAMILIES["task_admission"].invalid or "") + "` `input_invalid`; "
+           "the message is the reason text.", "", _row("check", "what it checks", "reason text (the message)"),
+           _row("---", "---", "---")]
+    return out + [_row(c.id, c.checks, f"`{c.reason_text}`") for c in T.QL3_ADMISSION_CHECKS]
 
 
 def _field_effects() -> list[str]:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from qlwf.model import evidence
 from qlwf.model.invariants import consistent_binding
 from qlwf.model.records import Record, sign_plan
 from qlwf.model.system import Outcome, WorkflowSystem
@@ -144,9 +145,19 @@ def build() -> dict[str, Any]:
         "plan": w5.state.admission_of_run("run-admit")[0]["plan"], "run": w5.state.runs["run-admit"],
         "stepRun": w5.state.step_runs["sr-fetch"], "binding": consistent_binding(
             w5.state.admission_of_run("run-admit")[0]["plan"], step), "attemptNumber": 1, "admittedAtMs": 3000}
+    # The same ready StepRun as ql3 hands it to admission: the reconciliation receipt of the plan's
+    # generation and the Task's execution revision (task-attempts.md §3A), made by the model's builders.
+    admit_plan = w5.state.admission_of_run("run-admit")[0]["plan"]
+    receipt = evidence.build_task_reconciliation(admit_plan, committed_at_ms=900, revisions={"fetch": 7})
+    for executor, build in (("local", evidence.build_local_execution_revision),
+                            ("cluster", evidence.build_cluster_execution_revision)):
+        files[f"admit-attempt-ql3-{executor}.json"] = evidence.build_ql3_admission_input(
+            admit_plan, w5.state.runs["run-admit"], w5.state.step_runs["sr-fetch"], receipt,
+            build(admit_plan, receipt, "fetch", created_at_ms=950), attempt_number=1, admitted_at_ms=3000)
     files["batch.jsonl"] = [
         {"fn": "frontier", "input": files["frontier-diamond-root-succeeded.json"]},
         {"fn": "cancel", "input": files["cancel-running-sibling-blocks.json"]},
+        {"fn": "admit-attempt", "input": files["admit-attempt-ql3-cluster.json"]},
         {"fn": "frontier", "input": {"plan": plan}},
     ]
     return files

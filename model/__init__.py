@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .attempts import build_task_attempt_admission
+    from .attempts_ql3 import build_ql3_task_attempt_admission, derive_binding
     from .cancellation import resolve_cancellation
     from .errors import Conflict, Invalid, QlwfError, Unavailable
+    from .evidence import (
+        build_cluster_execution_revision,
+        build_local_execution_revision,
+        build_ql3_admission_input,
+        build_task_reconciliation,
+        evidence_binding,
+    )
     from .frontier import resolve_frontier
     from .invariants import Violation, check_invariants
     from .oracle import Answer, consult
@@ -34,6 +42,10 @@ _HOMES = {
     "UnknownRule": "rules",
     "resolve_frontier": "frontier", "resolve_cancellation": "cancellation",
     "build_task_attempt_admission": "attempts", "build_task_recovery": "recovery",
+    "build_ql3_task_attempt_admission": "attempts_ql3", "derive_binding": "attempts_ql3",
+    "build_task_reconciliation": "evidence", "build_local_execution_revision": "evidence",
+    "build_cluster_execution_revision": "evidence", "build_ql3_admission_input": "evidence",
+    "evidence_binding": "evidence",
     "transition_step_run": "steprun", "transition_step_run_mutation": "steprun",
 }
 
@@ -51,10 +63,17 @@ __all__ = [
     "WorkflowSystem",
     "advance_time",
     "apply",
+    "build_cluster_execution_revision",
+    "build_local_execution_revision",
+    "build_ql3_admission_input",
+    "build_ql3_task_attempt_admission",
     "build_task_attempt_admission",
+    "build_task_reconciliation",
     "build_task_recovery",
     "check_invariants",
     "consult",
+    "derive_binding",
+    "evidence_binding",
     "resolve_cancellation",
     "resolve_frontier",
     "transition_step_run",

@@ -25,9 +25,11 @@ ADMISSION_INPUT_KEYS = ("plan", "run", "stepRun", "binding", "attemptNumber", "a
 SYSTEM_ACTOR: Record = {"type": "system"}
 
 
-def _check_admission_run(run: Any, plan: Record) -> None:
-    fail = ADMISSION_FAIL
-    fail.check(is_object(run), "run must be an object")
+def admission_run_problem(run: Any, plan: Record) -> str | None:
+    """task-attempts.md §3 step 4 without the counter bound (which §3A checks last, as A18): the
+    first way `run` is not the running, intent-free Run the plan admitted, or None."""
+    if not is_object(run):
+        return "run must be an object"
     t = plan["target"]
     for key, value in (
         ("id", plan["runId"]), ("projectId", t["projectId"]), ("taskId", t["workflowId"]),
@@ -36,11 +38,32 @@ def _check_admission_run(run: Any, plan: Record) -> None:
         ("requestId", plan["planId"]), ("idempotencyKey", f"plugin-package-workflow:{plan['planId']}"),
         ("status", "running"),
     ):
-        fail.check(run.get(key) == value and type(run.get(key)) is str, f"run {key} does not match the plan")
-    fail.check("cancelRequestedAtMs" not in run, "run has cancel intent")
+        if not (run.get(key) == value and type(run.get(key)) is str):
+            return f"run {key} does not match the plan"
+    if "cancelRequestedAtMs" in run:
+        return "run has cancel intent"
     v = run.get("version")
-    fail.check(is_int(v) and v >= 1 and v == run.get("eventSequence") and is_int(run.get("eventSequence"))
-               and v < INT31_MAX, "run counters invalid")
+    if not (is_int(v) and v >= 1 and v == run.get("eventSequence") and is_int(run.get("eventSequence"))):
+        return "run counters invalid"
+    return None
+
+
+def admission_step_problem(step_run: Record, plan: Record) -> tuple[str | None, Record | None]:
+    """task-attempts.md §3 step 5 on a normalized StepRun: (the first problem or None, its plan step)."""
+    step = next((s for s in plan["steps"] if s["stepRunId"] == step_run["id"]), None)
+    if step is None:
+        return "StepRun is not a plan step", None
+    if not (step_run["runId"] == plan["runId"] and step_run["stepKey"] == step["stepKey"]
+            and step_run["definitionRef"] == step["taskDefinitionRef"]
+            and step_run["definitionDigest"] == step["taskDefinitionDigest"] and step_run["required"] is True):
+        return "StepRun does not agree with its plan step", step
+    if step_run["kind"] != "task":
+        return "StepRun kind must be task", step
+    if step_run["status"] != "ready":
+        return "StepRun is not ready", step
+    if step_run["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
+        return "StepRun attempts exhausted", step
+    return None, step
 
 
 def build_task_attempt_admission(inp: Any) -> Record:
@@ -68,17 +91,14 @@ def _admission(plan: Record, inp: Record) -> Record:
         fail(f"durable Workflow evidence is invalid: {e}")
     binding = normalize_binding(inp["binding"], fail)
     run = inp["run"]
-    _check_admission_run(run, plan)
-    step = next((s for s in plan["steps"] if s["stepRunId"] == step_run["id"]), None)
-    fail.check(step is not None, "StepRun is not a plan step")
+    run_problem = admission_run_problem(run, plan)
+    if run_problem:
+        fail(run_problem)
+    fail.check(run["version"] < INT31_MAX, "run counters invalid")
+    step_problem, step = admission_step_problem(step_run, plan)
+    if step_problem:
+        fail(step_problem)
     assert step is not None
-    fail.check(step_run["runId"] == plan["runId"] and step_run["stepKey"] == step["stepKey"]
-               and step_run["definitionRef"] == step["taskDefinitionRef"]
-               and step_run["definitionDigest"] == step["taskDefinitionDigest"] and step_run["required"] is True,
-               "StepRun does not agree with its plan step")
-    fail.check(step_run["kind"] == "task", "StepRun kind must be task")
-    fail.check(step_run["status"] == "ready", "StepRun is not ready")
-    fail.check(step_run["attemptCount"] < T.MAX_STEP_RUN_ATTEMPTS, "StepRun attempts exhausted")
     problem = binding_plan_problem(binding, plan, step)
     if problem:
         fail(f"binding disagrees with the plan step: {problem}")
@@ -87,7 +107,12 @@ def _admission(plan: Record, inp: Record) -> Record:
                "admittedAtMs invalid or precedes the plan or the StepRun")
     n = inp["attemptNumber"]
     fail.check(is_int_in(n, 1, T.MAX_RUN_ATTEMPTS), "attemptNumber must be 1..8192")
+    return admission_outputs(plan, run, step_run, binding, n, at)
 
+
+def admission_outputs(plan: Record, run: Record, step_run: Record, binding: Record, n: int, at: int) -> Record:
+    """The §3 outputs {receipt, attempt, event, run} of an admission whose inputs passed their checks
+    (the §3 ladder above, or the §3A ladder of attempts_ql3 with its derived binding)."""
     attempt_id, event_id = ids.task_attempt_ids(plan["planDigest"], step_run["id"], step_run["version"])
     new_version = run["version"] + 1
     receipt: Record = {

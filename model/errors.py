@@ -102,3 +102,15 @@ class CommandErrors:
         """The Invalid of a malformed argument object (`page_invalid` for the paged command)."""
         return InvalidRaiser(self.family.invalid or "", "page_invalid" if self.command.endswith("_page")
                              else "argument_invalid")
+
+
+class EvidenceProblem(ValueError):
+    """Why a piece of ql3 admission evidence (task-attempts.md §3A) does not normalize.
+
+    Internal to the evidence normalizers: the §3A ladder turns it into the Invalid of its check,
+    whose message is ql3's reason text; the detail stays on the Invalid as its `__cause__`."""
+
+
+def evidence_check(ok: bool, detail: str) -> None:
+    if not ok:
+        raise EvidenceProblem(detail)

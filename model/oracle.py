@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from . import tables as T
 from .admission import create_admission_bundle
 from .attempts import build_task_attempt_admission
+from .attempts_ql3 import build_ql3_task_attempt_admission, is_ql3_admission_input
 from .cancellation import resolve_cancellation
 from .errors import Invalid
 from .frontier import resolve_frontier
@@ -49,10 +50,16 @@ def _recover(inp: Any) -> Answer:
 
 
 def _admit_attempt(inp: Any) -> Answer:
-    res = build_task_attempt_admission(inp)
-    s = inp["stepRun"]
-    return Answer(res, {res["attempt"]["id"]: f"task_admission: StepRun {s['id']} ready at epoch v{s['version']}, "
-                                               f"attempt number {res['attempt']['attempt']}"})
+    """Both input forms: the §3 binding, or ql3's evidence (task-attempts.md §3A), told apart by their keys."""
+    ql3 = is_ql3_admission_input(inp)
+    res = build_ql3_task_attempt_admission(inp) if ql3 else build_task_attempt_admission(inp)
+    s, r = inp["stepRun"], res["receipt"]
+    why = (f"task_admission: StepRun {s['id']} ready at epoch v{s['version']}, "
+           f"attempt number {res['attempt']['attempt']}")
+    if ql3:
+        why += (f"; binding derived from reconciliation item {r['taskId']} ({r['taskRevision']}) "
+                f"and the {r['executorType']} execution revision {r['executionDigest'][:12]}…")
+    return Answer(res, {res["attempt"]["id"]: why})
 
 
 def _admit_workflow(inp: Any) -> Answer:

@@ -42,7 +42,8 @@ INPUTS = {
     "frontier": "{plan, run, stepRuns, observedAtMs} (frontier.md)",
     "cancel": "{run, stepRuns, activeTaskAttempts, observedAtMs} (cancellation.md)",
     "recover": "{admission, run, attempt, stepRun, reason, observedAtMs} (task-attempts.md)",
-    "admit-attempt": "{plan, run, stepRun, binding, attemptNumber, admittedAtMs} (task-attempts.md)",
+    "admit-attempt": ("{plan, run, stepRun, binding, attemptNumber, admittedAtMs} (task-attempts.md §3) or ql3's "
+                      "{plan, run, stepRun, taskReconciliation, execution, attemptNumber, admittedAtMs} (§3A)"),
     "admit-workflow": "an execution plan (records.md)",
     "step-transition": "{current, command, context} (state-machines.md §3); batch only",
 }

@@ -90,9 +90,10 @@ def test_batch_answers_one_line_per_request() -> None:
                + '{"fn": "nope", "input": {}}\n')
     assert out.returncode == 0
     lines = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [next(iter(x)) for x in lines] == ["ok", "ok", "error", "error", "error"]
-    assert lines[2]["error"]["class"] == "Invalid"
-    assert set(lines[2]["error"]) == {"class", "code", "message"}
+    assert [next(iter(x)) for x in lines] == ["ok", "ok", "ok", "error", "error", "error"]
+    assert lines[2]["ok"]["receipt"]["executorType"] == "remote_worker"  # ql3's admission input (§3A)
+    assert lines[3]["error"]["class"] == "Invalid"
+    assert set(lines[3]["error"]) == {"class", "code", "message"}
 
 
 def step_transition_input(current: dict[str, Any], at_ms: int, run_version: int = 9) -> dict[str, Any]:
