@@ -155,7 +155,7 @@ def _context_ok(c: Any) -> bool:
     if not (type(c) is dict and c.keys() == _CONTEXT_KEYSET):
         return False
     version, sequence, event_id, dedupe_key, actor = _CONTEXT_VALUES(c)
-    return (type(version) is int and 0 <= version < INT31_MAX and type(sequence) is int and 0 <= sequence < INT31_MAX
+    return (type(version) is int and 0 <= version <= INT31_MAX and type(sequence) is int and 0 <= sequence <= INT31_MAX
             and type(event_id) is str and _IDENT_128(event_id) is not None
             and (dedupe_key is event_id or (type(dedupe_key) is str and _IDENT_128(dedupe_key) is not None))
             and type(actor) is dict and type(actor.get("type")) is str and actor["type"] in _ACTOR_TYPE_SET
@@ -170,15 +170,14 @@ _ACTOR_TYPE_SET = frozenset(T.ACTOR_TYPES)
 
 
 def _check_context(context: Any) -> Record:
-    """records.md §6.5 "Mutation context": exactly its keys, counters that leave room for +1, an actor."""
+    """records.md §6.5 "Mutation context": exactly its keys, INT31 counters (2147483647 included: only a
+    counter above it fails, frontier.md §4.2, as in ql3; docs/divergences.md), an actor."""
     if _context_ok(context):
         return cast(Record, context)
     fail = STEP_FAIL
     exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")
     fail.check(is_int31(context["expectedRunVersion"]) and is_int31(context["expectedRunEventSequence"]),
                "mutation context Run counters invalid")
-    fail.check(context["expectedRunVersion"] < INT31_MAX and context["expectedRunEventSequence"] < INT31_MAX,
-               "Run counter would overflow")
     fail.check(is_identifier(context["eventId"]) and is_identifier(context["dedupeKey"]),
                "mutation context eventId/dedupeKey invalid")
     problem = actor_problem(context["actor"])
@@ -300,6 +299,9 @@ def normalize_mutation(x: Any) -> Record:
     actor = {"type": event["actorType"], **({"id": event["actorId"]} if "actorId" in event else {})}
     context = {"expectedRunVersion": x["expectedRunVersion"], "expectedRunEventSequence": x["expectedRunEventSequence"],
                "eventId": event["id"], "dedupeKey": event["dedupeKey"], "actor": actor}
+    # A stored mutation's event sequence and ledger runVersion are expected + 1, INT31 (records.md §6.4, §6.6).
+    fail.check(x["expectedRunVersion"] < INT31_MAX and x["expectedRunEventSequence"] < INT31_MAX,
+               "Run counter would overflow")
     _check_context(context)
     fail.check(event == mutation_event(step_run, x["previousStatus"], context),
                "mutation event differs from the event rebuilt from the mutation")
