@@ -150,8 +150,14 @@ class ConcurrencyReport:
     unreachable: str | None = None  # set when the run stopped because the server stayed away
 
     @property
+    def unchecked(self) -> bool:
+        """No worker operation was planned (--ops 0) and nothing went wrong: the setup's admissions are
+        no concurrent history, so the run is no evidence either way (no verdict, never a pass)."""
+        return not self.problems and self.unreachable is None and self.config.ops == 0
+
+    @property
     def passed(self) -> bool:
-        return not self.problems and self.unreachable is None
+        return not self.problems and self.unreachable is None and not self.unchecked
 
     @property
     def conflicts(self) -> int:
@@ -186,6 +192,8 @@ class ConcurrencyReport:
         if self.unreachable is not None:
             return f"{head}: STORAGE UNREACHABLE — {self.unreachable}; got through {self.progress()}, " \
                    f"{self.seconds:.2f} s{self.outage_text()}"
+        if self.unchecked:
+            return f"{head}: NO VERDICT — no worker operation ran ({c.k}×{c.ops} ops): nothing concurrent was checked"
         verdict = "PASS" if self.passed else f"FAIL ({len(self.problems)} problem(s))"
         return (f"{head}: {verdict} — {c.k}×{c.ops} ops, {self.workflows_admitted} workflows, {self.commits} commits, "
                 f"{sum(self.retries.values())} retries, {self.exhausted} retry_exhausted, {self.conflicts} conflicts, "
@@ -194,6 +202,7 @@ class ConcurrencyReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.config.variant, "k": self.config.k, "ops": self.config.ops, "passed": self.passed,
+                "unchecked": self.unchecked,
                 "seconds": round(self.seconds, 3), "transactions": self.transactions, "commits": self.commits,
                 "setupCommits": self.setup_commits, "replayed": self.replayed,
                 "placedEarlier": self.placed_earlier, "assumedCommitted": self.assumed_committed,

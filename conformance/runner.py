@@ -52,6 +52,18 @@ class RunSummary:
         return not self.failures
 
     @property
+    def verdict(self) -> str:
+        """passed, failed, or unknown: no failure but no step either (no trace selected, or only empty
+        ones), so nothing was checked, and an evidence-free run is no pass (as `qlwf audit` of no Run)."""
+        if self.failures:
+            return "failed"
+        return "passed" if self.steps else "unknown"
+
+    @property
+    def exit_code(self) -> int:
+        return {"passed": 0, "failed": 1, "unknown": 3}[self.verdict]
+
+    @property
     def invariant_checks(self) -> int:
         return sum(r.invariant_checks for r in self.results)
 
@@ -61,12 +73,15 @@ class RunSummary:
 
     def line(self) -> str:
         rate = self.steps / self.seconds if self.seconds > 0 else 0.0
+        if self.verdict == "unknown":
+            return f"conform {self.backend}: NO VERDICT — {len(self.results)} traces, 0 steps: nothing was checked"
         verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} failing)"
         return (f"conform {self.backend}: {verdict} — {len(self.results)} traces, {self.steps} steps, "
                 f"{self.seconds:.2f} s, {rate:.0f} steps/s")
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "passed": self.passed, "traces": len(self.results), "steps": self.steps,
+        return {"backend": self.backend, "passed": self.verdict == "passed", "verdict": self.verdict,
+                "traces": len(self.results), "steps": self.steps,
                 "seconds": round(self.seconds, 3),
                 "stepsPerSecond": round(self.steps / self.seconds, 1) if self.seconds else None,
                 "timing": {"modelSeconds": round(sum(r.model_seconds for r in self.results), 3),
@@ -136,7 +151,10 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
         with contextlib.suppress(Exception):  # the run's own error is the news, not a failing cleanup after it
             factory.shutdown()
         raise
-    factory.shutdown()
+    # dropping the store is the run's last use of the storage: a server lost then is no verdict either,
+    # not an internal error (the empty corpus run of `qlwf conform` drops its store before any trace)
+    with _unless_lost(factory, "shutting the backend down"):
+        factory.shutdown()
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -227,7 +245,8 @@ def save_divergence(divergence: Divergence, backend: str, directory: Path | None
 def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, out: TextIO,
             invariants: bool = True, jobs: int = 1,
             progress: Callable[[LockstepResult], None] | None = None) -> int:
-    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed.
+    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed, 1 on a
+    divergence, 3 when no step ran (nothing checked: no verdict).
 
     `progress` sees every result as it arrives (the CLI shows it on stderr); the report goes to `out`."""
 
@@ -251,7 +270,7 @@ def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, o
         assert summary.coverage is not None
         print(summary.coverage.render(), file=out)
     print(summary.line(), file=out)
-    return 0 if summary.passed else 1
+    return summary.exit_code
 
 
 def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariants: bool = True) -> int:
@@ -272,4 +291,4 @@ def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariant
         print(result.divergence.render(), file=out)
     expectation = "with recorded expectations" if trace.recorded else "unrecorded"
     print(f"replay {Path(path).name} ({expectation}) on {backend}: " + summary.line().split(": ", 1)[1], file=out)
-    return 0 if summary.passed else 1
+    return summary.exit_code  # a trace of no step is no evidence: 3, as conform's

@@ -55,14 +55,14 @@ class WrongStep:
 @dataclass
 class CheckResult:
     path: str
-    status: str  # "ok" | "wrong" | "invalid"
+    status: str  # "ok" | "wrong" | "invalid" | "empty" (valid, but no step: nothing re-derived, no verdict)
     steps: int = 0
     problems: list[str] = field(default_factory=list)  # why the file is invalid
     wrong: WrongStep | None = None
 
     @property
     def exit_code(self) -> int:
-        return {"ok": 0, "wrong": 1, "invalid": 2}[self.status]
+        return {"ok": 0, "wrong": 1, "invalid": 2, "empty": 3}[self.status]
 
     def to_json(self) -> Record:
         return {"file": self.path, "status": self.status, "steps": self.steps, "problems": self.problems,
@@ -71,6 +71,8 @@ class CheckResult:
     def render(self) -> str:
         if self.status == "ok":
             return f"ok      {self.path}: {self.steps} steps, every expectation re-derived by the model"
+        if self.status == "empty":
+            return f"EMPTY   {self.path}: no step, so no expectation to re-derive: no verdict"
         if self.status == "invalid":
             return "\n".join([f"INVALID {self.path}"] + [f"  {p}" for p in self.problems])
         assert self.wrong is not None
@@ -176,7 +178,8 @@ def check_document(doc: Any, path: str) -> CheckResult:
                     key, recorded, model = "state.digest", recorded.get("digest"), model["digest"]
             return CheckResult(path, "wrong", i + 1, wrong=WrongStep(i, step, key, recorded, model, diffs))
         state, before = done.state, after
-    return CheckResult(path, "ok", len(trace.steps))
+    # a file of no step holds no expectation: "ok" would be a pass on nothing (as `qlwf audit` of no Run)
+    return CheckResult(path, "ok" if trace.steps else "empty", len(trace.steps))
 
 
 def _short_text(text: str, limit: int = 240) -> str:

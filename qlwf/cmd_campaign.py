@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 from qlwf.argtypes import MAX_PROCESSES, integer, output_dir, processes, up_to
-from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, Executor, PoolExecutor
+from qlwf.campaign.executors import (
+    ClusterUnavailable,
+    DaskExecutor,
+    Executor,
+    PoolExecutor,
+    check_scheduler_address,
+)
 from qlwf.campaign.run import CampaignConfig, UnusableOutput, campaign
 from qlwf.campaign.shards import KINDS, Budget
 from qlwf.conformance.checkers.explore import MAX_SHAPE_STEPS
@@ -38,6 +44,12 @@ def _mutant(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"qlwf campaign: seed {seed} (--seed {seed} repeats these shards)", file=sys.stderr)
+    if args.scheduler is not None:
+        try:  # bad usage before any work, and whether or not Dask is installed (the check imports none of it)
+            check_scheduler_address(args.scheduler)
+        except ClusterUnavailable as e:
+            print(f"qlwf campaign: {e}", file=sys.stderr)
+            return 2
     budget = Budget(stateful_examples=args.stateful_examples, sqlite_traces=args.traces_per_shard,
                     postgres_traces=max(1, args.traces_per_shard // 4), oracle_lines=args.oracle_lines,
                     explore_max_steps=args.explore_max_steps, explore_max_depth=args.explore_max_depth)

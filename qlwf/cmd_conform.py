@@ -13,13 +13,15 @@ from qlwf.conformance import backends, runner
 from qlwf.progress import Progress
 
 EXIT_PASSED, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_NO_VERDICT = 3  # nothing was checked: as `qlwf audit` of a store with no workflow Run
 EXIT_CODES = ("exit codes: 0 every trace and concurrency run passed; 1 a divergence (or a failed concurrency "
               "judgement, or a broken driver); 2 bad usage, or the backend's storage (PostgreSQL) unavailable or "
               "misconfigured before the run (no server, "
               "malformed or unreachable QLWF_PG_DSN, --concurrency above the server's connection limit); "
-              "3 storage unreachable: the server went away during a concurrency run and did not come back within "
-              "--reconnect-window (the report says how far the run got), or stopped answering during a lockstep run "
-              "(no verdict on the step it was on)")
+              "3 no verdict: storage unreachable (the server went away during a concurrency run and did not come "
+              "back within --reconnect-window, the report says how far the run got, or stopped answering during a "
+              "lockstep run: no verdict on the step it was on), or nothing was checked (--traces 0 alone, "
+              "--ops 0)")
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +66,8 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     replay.add_argument("--no-invariants", action="store_true", help="skip invariant evaluation")
     replay.epilog = ("exit codes: 0 passed; 1 diverged; 2 bad usage, a file that is not a readable trace, or "
-                     "PostgreSQL unavailable or misconfigured")
+                     "PostgreSQL unavailable or misconfigured; 3 no verdict: a trace of no step (nothing checked), "
+                     "or the server stopped answering")
     _driver_options(replay)
     replay.set_defaults(func=_replay)
 
@@ -183,8 +186,15 @@ def _run_conform(args: argparse.Namespace) -> int:
             print(report.line(), flush=True)
             if report.unreachable is not None:
                 return EXIT_UNREACHABLE
-            code = code or (EXIT_PASSED if report.passed else EXIT_DIVERGED)
+            code = _worse(code, EXIT_NO_VERDICT if report.unchecked else
+                          EXIT_PASSED if report.passed else EXIT_DIVERGED)
     return code
+
+
+def _worse(a: int, b: int) -> int:
+    """The run's exit code from two parts': a divergence outweighs no verdict, which outweighs a pass."""
+    rank = {EXIT_PASSED: 0, EXIT_NO_VERDICT: 1, EXIT_DIVERGED: 2}
+    return max(a, b, key=rank.__getitem__)
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -4,7 +4,8 @@ export writes traces whose every expectation is explicit, so another project's t
 replay them with a JSON parser; check validates files against the schema and re-derives every
 expected value from the model. check exits 0 when every file is right, 1 when a file is wrong (a
 stale or edited expectation; its first wrong step is reported), 2 when a file is unreadable or
-invalid (2 wins over 1).
+invalid (2 wins over 1), 3 when a file holds no step (nothing to re-derive: no verdict; 1 and 2 win
+over it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def register(subparsers: Any) -> None:
                            description="Validate each FILE against conformance/schema/trace.json, then run its inputs "
                            "through the model and compare every recorded value; a wrong file is reported at its "
                            "first wrong step with a record-level diff. Exit codes: 0 every file right; 1 a file is "
-                           "wrong; 2 a file is unreadable or invalid (2 wins over 1).")
+                           "wrong; 2 a file is unreadable or invalid (2 wins over 1); 3 a file holds no step, so "
+                           "nothing to re-derive (no verdict; 1 and 2 win over it).")
     check.add_argument("files", nargs="+", metavar="FILE")
     check.add_argument("--json", action="store_true", help="one JSON object per file, one per line")
     check.set_defaults(func=run_check)
@@ -64,8 +66,10 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     results = [trace_check.check_file(path) for path in args.files]
     for r in results:
         print(json.dumps(r.to_json(), ensure_ascii=False) if args.json else r.render(), file=out)
-    counts = {s: sum(1 for r in results if r.status == s) for s in ("ok", "wrong", "invalid")}
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("ok", "wrong", "invalid", "empty")}
     if not args.json:
+        empty = f", {counts['empty']} empty (no step: no verdict)" if counts["empty"] else ""
         print(f"traces check: {len(results)} file(s): {counts['ok']} ok, {counts['wrong']} wrong, "
-              f"{counts['invalid']} invalid", file=out)
-    return max(r.exit_code for r in results)  # 2 (invalid) wins over 1 (wrong)
+              f"{counts['invalid']} invalid{empty}", file=out)
+    # 2 (invalid) wins over 1 (wrong), which wins over 3 (a file of no step: nothing checked), over 0
+    return max((r.exit_code for r in results), key=[0, 3, 1, 2].index)

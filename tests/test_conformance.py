@@ -321,6 +321,37 @@ def test_cli_conform_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[-1].startswith("conform sqlite: PASS")
 
 
+def test_cli_conform_that_checks_nothing_is_no_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--traces 0` alone ran no step: before issue 33 it said `PASS — 0 traces` and exited 0, a pass on
+    no evidence (`qlwf audit` of a store without a workflow Run is exit 3 for the same reason)."""
+    code, lines = _cli(["conform", "--backend", "sqlite", "--traces", "0"], capsys)
+    assert code == 3 and lines[-1] == "conform sqlite: NO VERDICT — 0 traces, 0 steps: nothing was checked"
+    code, lines = _cli(["conform", "--backend", "sqlite", "--traces", "0", "--json"], capsys)
+    report = json.loads(lines[-2])
+    assert code == 3 and not report["passed"] and report["verdict"] == "unknown" and report["traces"] == 0
+
+
+def test_cli_concurrency_run_of_no_operation_is_no_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    """--ops 0: the workers ran nothing, only the setup's admissions were replayed (was PASS, exit 0)."""
+    code, lines = _cli(["conform", "--backend", "sqlite", "--concurrency", "2", "--ops", "0"], capsys)
+    assert code == 3 and lines[-1] == ("concurrency sqlite[correct] K=2: NO VERDICT — no worker operation ran "
+                                       "(2×0 ops): nothing concurrent was checked")
+    # a lockstep pass does not make up for it; a failure would outweigh it
+    code, lines = _cli(["conform", "--backend", "sqlite", "--traces", "1", "--concurrency", "2", "--ops", "0",
+                        "--json"], capsys)
+    assert code == 3 and json.loads(lines[-2])["unchecked"] and lines[-1].endswith("nothing concurrent was checked")
+    from qlwf.cmd_conform import _worse
+
+    assert [_worse(a, b) for a, b in ((0, 0), (0, 3), (3, 0), (1, 3), (3, 1))] == [0, 3, 3, 1, 1]
+
+
+def test_cli_replay_of_a_trace_without_steps_is_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save(Trace("no steps", 0, [], "empty"), tmp_path / "empty.json")
+    code, lines = _cli(["replay", str(tmp_path / "empty.json"), "--backend", "sqlite"], capsys)
+    assert code == 3 and lines[-1] == "replay empty.json (unrecorded) on sqlite: NO VERDICT — 1 traces, 0 steps: " \
+                                      "nothing was checked"
+
+
 class BrokenBackend:
     def open(self) -> CommandPort:
         return SqliteAdapter(store_factory=LedgerSkippingStore)

@@ -218,6 +218,60 @@ def test_the_cli_says_no_verdict_when_the_server_goes_away_mid_run(cluster: Thro
     assert err.splitlines()[-1].startswith("conform postgres: NO VERDICT — the PostgreSQL server stopped answering")
 
 
+def test_a_server_lost_while_a_run_drops_its_store_is_no_verdict(backend_on: ThrowawayCluster,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The server crashed as a run dropped its database: `conform` without --corpus first runs the empty
+    corpus, whose store is dropped before any generated trace. Found by crashing the server under
+    `qlwf conform` 0.05 s after it connected: the drop's OperationalError escaped the runner, and the CLI
+    said "internal error (a bug in qlwf)", exit 70, with a traceback (issue 33). The crash is injected at
+    the drop itself here."""
+    from qlwf.impl.postgres import conformance as pg_backend
+
+    shutdown = pg_backend.PostgresBackend.shutdown
+    crashed: list[str] = []
+
+    def crash_then_shut_down(self: pg_backend.PostgresBackend) -> None:
+        if not crashed:
+            crashed.append(self.name)
+            backend_on.crash()
+        shutdown(self)
+
+    monkeypatch.setattr(pg_backend.PostgresBackend, "shutdown", crash_then_shut_down)
+    code = main(["conform", "--backend", "postgres", "--traces", "3"])
+    err = capsys.readouterr().err
+    assert crashed and code == 3, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert err.splitlines()[-1].startswith("conform postgres: NO VERDICT — the PostgreSQL server stopped answering "
+                                           "during the run: ")
+    assert err.splitlines()[-1].endswith("(shutting the backend down)")
+
+
+def test_a_factory_stops_the_server_it_started_even_when_its_store_cannot_be_dropped() -> None:
+    """A pool worker's factory owns the cluster it started: a drop that fails on a dead server must not
+    leave that cluster running (the drop's error used to skip the stop)."""
+    from qlwf.impl.postgres.conformance import PostgresBackend
+
+    stopped: list[bool] = []
+
+    class DeadServer:
+        def drop_database(self, name: str) -> None:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        def stop(self) -> None:
+            stopped.append(True)
+
+    class Pool:
+        def close(self) -> None:
+            pass
+
+    factory = PostgresBackend.__new__(PostgresBackend)  # no server: only shutdown() is under test
+    vars(factory).update(server=DeadServer(), database=Pool(), name="qlwf_x", _owns_server=True)
+    with pytest.raises(psycopg.OperationalError):
+        factory.shutdown()
+    assert stopped == [True]
+
+
 def _wait_for_database(cluster: ThrowawayCluster, pattern: str, deadline: float) -> None:
     """Until a client is connected to a database named like `pattern`."""
     while time.monotonic() < deadline:

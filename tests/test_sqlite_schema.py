@@ -8,10 +8,11 @@ below is the real one from the specification, although the schema only checks th
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from qlwf.impl.sqlite import migrations
@@ -1193,3 +1194,331 @@ def test_candidate_queries_use_indexes(conn: sqlite3.Connection) -> None:
         (0, ""),
     )
     assert "ql3_ppw_admissions_frontier_idx" in frontier and "TEMP B-TREE" not in frontier
+
+
+# --------------------------------------------------------------------------------------------------
+# Every named constraint and unique index refuses a row that breaks it (issue 33)
+#
+# Each case writes ONE row, or changes one, on a valid store (the seeded workflow, its attempt and
+# lease, and spare rows a copy can point at), breaking the constraint it names and nothing else
+# where the schema allows that; the JSON mirror columns are kept in step with the changed columns.
+# Which constraint refused the row is read from SQLite itself: the name in a CHECK's message, the
+# unique index whose columns the UNIQUE message lists (PRAGMA index_list / index_info), the foreign
+# key PRAGMA foreign_key_check reports once the same write is deferred. The completeness test runs
+# every case and compares the names the database gave with every name the DDL declares, so a
+# constraint dropped from the schema, or added without a case, fails it.
+# --------------------------------------------------------------------------------------------------
+
+ADMISSIONS = "QingLong3PluginPackageWorkflowAdmissions"
+ADMISSION_STEPS = "QingLong3PluginPackageWorkflowAdmissionSteps"
+TASK_ADMISSIONS = "QingLong3PluginPackageWorkflowTaskAttemptAdmissions"
+FRESH_HEX = "f" * 64  # a well-formed digest no seeded row uses
+SPARE_RECORD: dict[str, Any] = {**REPORT_RECORD, "id": "sr-spare", "stepKey": "spare", "lastMutationId": "wfm:spare"}
+
+Write = Callable[[sqlite3.Connection], object]
+
+
+class Case(NamedTuple):
+    description: str
+    write: Write
+    constraint: str
+
+
+# JSON columns that restate other columns of their row, and keys that are not the camelCase of theirs
+_MIRRORS = {"StepRuns": ("step_run_json",), "StepRunMutations": ("step_run_json",),
+            ADMISSIONS: ("plan_json", "receipt_json"), TASK_ADMISSIONS: ("receipt_json",)}
+_KEY_OVERRIDES = {"StepRunMutations": {"mutation_id": "lastMutationId", "step_run_id": "id"}}
+
+
+def _row(conn: sqlite3.Connection, table: str, where: dict[str, Any]) -> dict[str, Any]:
+    clause = " AND ".join(f"{c} = ?" for c in where)
+    cur = conn.execute(f'SELECT * FROM "{table}" WHERE {clause}', tuple(where.values()))
+    rows = cur.fetchall()
+    assert len(rows) == 1, (table, where)  # a case whose row is missing must not pass by writing nothing
+    return dict(zip([d[0] for d in cur.description], rows[0], strict=True))
+
+
+def _with(table: str, row: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`row` with `values`, in its columns and in the keys of its JSON mirrors that restate them."""
+    new = {**row, **values}
+    for column in _MIRRORS.get(table, ()):
+        document = json.loads(row[column])
+        for name, value in values.items():
+            key = _KEY_OVERRIDES.get(table, {}).get(name) or re.sub(r"_([a-z])", lambda m: m[1].upper(), name)
+            target = document if key in document else document.get("target")
+            if isinstance(target, dict) and key in target:
+                target[key] = value
+        new[column] = cjson(document)
+    return new
+
+
+def copied(table: str, where: dict[str, Any], **values: Any) -> Write:
+    """INSERT a copy of the row selected by `where` with `values` replaced."""
+    return lambda conn: insert(conn, table, _with(table, _row(conn, table, where), values))
+
+
+def changed(table: str, where: dict[str, Any], **values: Any) -> Write:
+    """UPDATE the row selected by `where` to `values`."""
+    def write(conn: sqlite3.Connection) -> None:
+        new = _with(table, _row(conn, table, where), values)
+        changes = {c: v for c, v in new.items() if c in values or c in _MIRRORS.get(table, ())}
+        sets = ", ".join(f"{c} = ?" for c in changes)
+        clause = " AND ".join(f"{c} = ?" for c in where)
+        conn.execute(f'UPDATE "{table}" SET {sets} WHERE {clause}', (*changes.values(), *where.values()))
+    return write
+
+
+def raw(sql: str, *params: Any) -> Write:
+    """A statement as written (a JSON mirror made to disagree with its column)."""
+    return lambda conn: conn.execute(sql, params)
+
+
+RUN = {"id": RUN_ID}
+FETCH, REPORT = {"id": "sr-fetch"}, {"id": "sr-report"}
+ATTEMPT = {"id": ATTEMPT_ID}
+ADMITTED = {"id": ADMISSION_EVENT_ID}
+FETCH_MUTATION = {"mutation_id": FETCH_MUTATION_ID}
+ADMISSION = {"plan_digest": PLAN_DIGEST}
+FETCH_STEP = {"plan_digest": PLAN_DIGEST, "step_key": "fetch"}
+TASK_ADMISSION = {"receipt_digest": TASK_RECEIPT_DIGEST}
+LEASE = {"attempt_id": ATTEMPT_ID}
+
+CASES: list[Case] = [
+    # Runs
+    Case("run id not an IDENTIFIER", copied("Runs", RUN, id="-run", idempotency_key=None), "ql3_runs_id_ck"),
+    Case("unknown execution origin", changed("Runs", RUN, execution_origin="robot"), "ql3_runs_execution_origin_ck"),
+    Case("unknown execution owner", changed("Runs", RUN, execution_owner="nobody"), "ql3_runs_execution_owner_ck"),
+    Case("unknown run status", changed("Runs", RUN, status="paused"), "ql3_runs_status_ck"),
+    Case("unknown cancel reason", changed("Runs", RUN, cancel_reason="whim"), "ql3_runs_cancel_reason_ck"),
+    Case("idempotency key reused in the project", copied("Runs", RUN, id="run-0003"),
+         "ql3_runs_project_idempotency_uidx"),
+    # StepRuns (sr-report is pending)
+    Case("step run id not an IDENTIFIER", copied("StepRuns", REPORT, id="-sr", step_key="other"),
+         "ql3_step_runs_id_ck"),
+    # a run id outside the alphabet names no Run either (Runs.id has the same check): the check decides first
+    Case("step run's run id not an IDENTIFIER", copied("StepRuns", REPORT, id="sr-other", run_id="-run"),
+         "ql3_step_runs_run_id_ck"),
+    Case("step run is its own parent", changed("StepRuns", REPORT, parent_step_run_id="sr-report"),
+         "ql3_step_runs_parent_ck"),
+    Case("step key not an IDENTIFIER", changed("StepRuns", REPORT, step_key="-report"), "ql3_step_runs_step_key_ck"),
+    Case("unknown step kind", changed("StepRuns", REPORT, kind="robot"), "ql3_step_runs_kind_ck"),
+    Case("unknown step status", changed("StepRuns", REPORT, status="paused"), "ql3_step_runs_status_ck"),
+    # any result code breaks the shape check of a pending step too: the column's check comes first
+    Case("result code not lower case", changed("StepRuns", REPORT, result_code="OOPS"),
+         "ql3_step_runs_result_code_ck"),
+    Case("updated before created", changed("StepRuns", REPORT, updated_at_ms=999), "ql3_step_runs_time_order_ck"),
+    Case("pending step with a ready time", changed("StepRuns", REPORT, ready_at_ms=1000),
+         "ql3_step_runs_status_times_ck"),
+    Case("pending step with an error summary", changed("StepRuns", REPORT, error_summary="boom"),
+         "ql3_step_runs_result_shape_ck"),
+    Case("step run json disagrees with its column",
+         raw("UPDATE \"StepRuns\" SET step_run_json = json_set(step_run_json, '$.status', 'ready') WHERE id = ?",
+             "sr-report"), "ql3_step_runs_json_mirror_ck"),
+    Case("parent step run missing", changed("StepRuns", REPORT, parent_step_run_id="sr-missing"),
+         "ql3_step_runs_parent_fk"),
+    # (run_id, id) is unique by the primary key on id alone; SQLite checks the named index first
+    Case("step run id taken in the run", copied("StepRuns", REPORT, step_key="other"), "ql3_step_runs_run_id_uidx"),
+    Case("step key taken in the run", copied("StepRuns", REPORT, id="sr-other"), "ql3_step_runs_run_step_uidx"),
+    # RunAttempts
+    Case("attempt id not an IDENTIFIER", copied("RunAttempts", ATTEMPT, id="-wta", attempt=3),
+         "ql3_run_attempts_id_ck"),
+    Case("unknown attempt status", changed("RunAttempts", ATTEMPT, status="paused"), "ql3_run_attempts_status_ck"),
+    Case("lease fields partly set", changed("RunAttempts", ATTEMPT, worker_id=None),
+         "ql3_run_attempts_lease_shape_ck"),
+    Case("attempt number taken in the run", copied("RunAttempts", ATTEMPT, id="wta:other"),
+         "ql3_run_attempts_run_attempt_uidx"),
+    # RunEvents
+    Case("event id not an IDENTIFIER", copied("RunEvents", ADMITTED, id="-evt", sequence=99, dedupe_key=None),
+         "ql3_run_events_id_ck"),
+    Case("unknown actor type", changed("RunEvents", ADMITTED, actor_type="robot"), "ql3_run_events_actor_type_ck"),
+    Case("payload not an object", changed("RunEvents", ADMITTED, payload="[]"), "ql3_run_events_payload_ck"),
+    Case("event sequence taken in the run", copied("RunEvents", ADMITTED, id="evt-new", dedupe_key=None),
+         "ql3_run_events_run_sequence_uidx"),
+    Case("dedupe key taken in the run", copied("RunEvents", ADMITTED, id="evt-new", sequence=99),
+         "ql3_run_events_run_dedupe_uidx"),
+    # StepRunMutations (the spare event ev-spare has a mutation of its own, the lease event has none)
+    Case("mutation id not an IDENTIFIER",
+         copied("StepRunMutations", FETCH_MUTATION, mutation_id="-wfm", event_id=LEASE_EVENT_ID),
+         "ql3_step_run_mutations_id_ck"),
+    Case("post-image of another run",
+         raw("UPDATE \"StepRunMutations\" SET step_run_json = json_set(step_run_json, '$.runId', 'run-0002') "
+             "WHERE mutation_id = ?", FETCH_MUTATION_ID), "ql3_step_run_mutations_post_image_ck"),
+    Case("mutation of a missing step run", changed("StepRunMutations", FETCH_MUTATION, step_run_id="sr-missing"),
+         "ql3_step_run_mutations_step_run_fk"),
+    Case("second mutation of one event", copied("StepRunMutations", FETCH_MUTATION, mutation_id="wfm:other"),
+         "ql3_step_run_mutations_event_uidx"),
+    # Workflow admissions (run-0002 is a Run without an admission)
+    Case("package name not a PACKAGE_NAME", changed(ADMISSIONS, ADMISSION, package_name="-pkg"),
+         "ql3_ppw_admissions_package_name_ck"),
+    Case("final run version is not the step count plus one", changed(ADMISSIONS, ADMISSION, final_run_version=4),
+         "ql3_ppw_admissions_counters_ck"),
+    Case("plan json of another plan",
+         raw(f"UPDATE \"{ADMISSIONS}\" SET plan_json = json_set(plan_json, '$.planId', 'plan-0002')"),
+         "ql3_ppw_admissions_plan_json_ck"),
+    Case("receipt json with another final version",
+         raw(f"UPDATE \"{ADMISSIONS}\" SET receipt_json = json_set(receipt_json, '$.finalRunVersion', 9)"),
+         "ql3_ppw_admissions_receipt_json_ck"),
+    Case("plan id taken", copied(ADMISSIONS, ADMISSION, plan_digest=FRESH_HEX, run_id="run-0002",
+                                 receipt_digest=FRESH_HEX), "ql3_ppw_admissions_plan_id_uidx"),
+    Case("second admission of a run", copied(ADMISSIONS, ADMISSION, plan_digest=FRESH_HEX, plan_id="plan-0002",
+                                             receipt_digest=FRESH_HEX), "ql3_ppw_admissions_run_id_uidx"),
+    Case("receipt digest taken", copied(ADMISSIONS, ADMISSION, plan_digest=FRESH_HEX, plan_id="plan-0002",
+                                        run_id="run-0002"), "ql3_ppw_admissions_receipt_digest_uidx"),
+    # (plan_digest, run_id) is unique by the primary key and by run_id alone; SQLite checks it first
+    Case("plan digest and run taken", copied(ADMISSIONS, ADMISSION, plan_id="plan-0002", receipt_digest=FRESH_HEX),
+         "ql3_ppw_admissions_plan_run_uidx"),
+    # Workflow admission steps (the spare step run, mutation and event belong to no admission step)
+    Case("ready step that needs another", changed(ADMISSION_STEPS, FETCH_STEP, needs_json='["report"]'),
+         "ql3_ppw_admission_steps_needs_ck"),
+    Case("step of a missing admission", changed(ADMISSION_STEPS, FETCH_STEP, plan_digest=FRESH_HEX),
+         "ql3_ppw_admission_steps_admission_fk"),
+    Case("step names a missing step run", changed(ADMISSION_STEPS, FETCH_STEP, step_run_id="sr-missing"),
+         "ql3_ppw_admission_steps_step_run_fk"),
+    Case("step names a missing mutation", changed(ADMISSION_STEPS, FETCH_STEP, mutation_id="wfm:missing"),
+         "ql3_ppw_admission_steps_mutation_fk"),
+    Case("step names a missing event", changed(ADMISSION_STEPS, FETCH_STEP, event_id="evt-missing"),
+         "ql3_ppw_admission_steps_event_fk"),
+    Case("step run admitted twice", copied(ADMISSION_STEPS, FETCH_STEP, step_key="spare", mutation_id="wfm:spare",
+                                           event_id="ev-spare"), "ql3_ppw_admission_steps_step_run_uidx"),
+    Case("mutation admitted twice", copied(ADMISSION_STEPS, FETCH_STEP, step_key="spare", step_run_id="sr-spare",
+                                           event_id="ev-spare"), "ql3_ppw_admission_steps_mutation_uidx"),
+    Case("event admitted twice", copied(ADMISSION_STEPS, FETCH_STEP, step_key="spare", step_run_id="sr-spare",
+                                        mutation_id="wfm:spare"), "ql3_ppw_admission_steps_event_uidx"),
+    # Task attempt admissions (the spare attempt wta:spare, number 2, has no admission; nor has ev-spare)
+    Case("event sequence differs from the run version", changed(TASK_ADMISSIONS, TASK_ADMISSION, run_event_sequence=9),
+         "ql3_ppw_task_attempt_admissions_sequence_ck"),
+    Case("task revision with a leading zero",
+         changed(TASK_ADMISSIONS, TASK_ADMISSION, task_revision="qltd:v1:01:" + "9" * 64),
+         "ql3_ppw_task_attempt_admissions_revision_ck"),
+    Case("receipt json with another attempt number",
+         raw(f"UPDATE \"{TASK_ADMISSIONS}\" SET receipt_json = json_set(receipt_json, '$.attemptNumber', 2)"),
+         "ql3_ppw_task_attempt_admissions_receipt_json_ck"),
+    Case("task admission of a missing workflow admission",
+         changed(TASK_ADMISSIONS, TASK_ADMISSION, plan_digest=FRESH_HEX),
+         "ql3_ppw_task_attempt_admissions_admission_fk"),
+    Case("task admission of a missing step run", changed(TASK_ADMISSIONS, TASK_ADMISSION, step_run_id="sr-missing"),
+         "ql3_ppw_task_attempt_admissions_step_run_fk"),
+    Case("task admission of a missing attempt", changed(TASK_ADMISSIONS, TASK_ADMISSION, attempt_id="wta:missing"),
+         "ql3_ppw_task_attempt_admissions_attempt_fk"),
+    Case("task admission of a missing event", changed(TASK_ADMISSIONS, TASK_ADMISSION, event_id="evt-missing"),
+         "ql3_ppw_task_attempt_admissions_event_fk"),
+    Case("attempt admitted twice",
+         copied(TASK_ADMISSIONS, TASK_ADMISSION, receipt_digest=FRESH_HEX, event_id="ev-spare", step_run_version=2,
+                attempt_number=2), "ql3_ppw_task_attempt_admissions_attempt_uidx"),
+    Case("admission event reused",
+         copied(TASK_ADMISSIONS, TASK_ADMISSION, receipt_digest=FRESH_HEX, attempt_id="wta:spare",
+                step_run_version=2, attempt_number=2), "ql3_ppw_task_attempt_admissions_event_uidx"),
+    Case("second admission in one ready epoch",
+         copied(TASK_ADMISSIONS, TASK_ADMISSION, receipt_digest=FRESH_HEX, attempt_id="wta:spare",
+                event_id="ev-spare", attempt_number=2), "ql3_ppw_task_attempt_admissions_epoch_uidx"),
+    Case("attempt number admitted twice in the run",
+         copied(TASK_ADMISSIONS, TASK_ADMISSION, receipt_digest=FRESH_HEX, attempt_id="wta:spare",
+                event_id="ev-spare", step_run_version=2), "ql3_ppw_task_attempt_admissions_attempt_number_uidx"),
+    # Dispatch leases (the seeded one is leased)
+    Case("unknown lease status", changed("RunDispatchLeases", LEASE, status="expired"),
+         "ql3_run_dispatch_leases_status_ck"),
+    Case("unknown release reason", changed("RunDispatchLeases", LEASE, status="released", released_at_ms=2200,
+                                           release_reason="bored"), "ql3_run_dispatch_leases_release_reason_ck"),
+    Case("lease expires when renewed", changed("RunDispatchLeases", LEASE, expires_at_ms=2100),
+         "ql3_run_dispatch_leases_time_ck"),
+    Case("live lease with a release time", changed("RunDispatchLeases", LEASE, released_at_ms=2200),
+         "ql3_run_dispatch_leases_shape_ck"),
+]
+
+
+def seed_spares(conn: sqlite3.Connection) -> None:
+    """Rows a case's copy can point at without taking a key of another row: a second Run (no admission),
+    a step run with its own event and mutation that no admission step names, a second attempt of
+    sr-fetch that no task attempt admission names."""
+    conn.execute("BEGIN IMMEDIATE")
+    insert(conn, "Runs", run_row(id="run-0002", idempotency_key=None, request_id=None))
+    insert(conn, "StepRuns", step_run_row(SPARE_RECORD))
+    insert(conn, "RunEvents", step_created_event(SPARE_RECORD, "ev-spare", 6))
+    insert(conn, "StepRunMutations", mutation_row(SPARE_RECORD, "ev-spare", 6, "c" * 64))
+    insert(conn, "RunAttempts", attempt_row(id="wta:spare", attempt=2))
+    conn.execute("COMMIT")
+
+
+@pytest.fixture
+def full(conn: sqlite3.Connection) -> sqlite3.Connection:
+    seed_admission(conn)
+    seed_attempt_and_lease(conn)
+    seed_spares(conn)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    return conn
+
+
+def refused_by(conn: sqlite3.Connection, write: Write) -> str:
+    """The named constraint or unique index SQLite refuses `write` with, as SQLite itself tells it (see
+    above); the write runs in a transaction that is rolled back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(sqlite3.IntegrityError) as info:
+            write(conn)
+        assert_constraint_error(info)
+        message = str(info.value)
+        if (check := re.fullmatch(r"CHECK constraint failed: (\w+)", message)) is not None:
+            return check[1]
+        if (unique := re.fullmatch(r"UNIQUE constraint failed: (.+)", message)) is not None:
+            return _unique_index(conn, [tuple(c.split(".", 1)) for c in unique[1].split(", ")])
+        assert message == "FOREIGN KEY constraint failed", message
+        return _violated_foreign_key(conn, write)
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _unique_index(conn: sqlite3.Connection, columns: list[tuple[str, ...]]) -> str:
+    """The unique index over exactly the columns a UNIQUE message lists."""
+    (table,) = {t for t, _ in columns}
+    wanted = [c for _, c in columns]
+    found = [name for _, name, unique, _, _ in conn.execute(f'PRAGMA index_list("{table}")')
+             if unique and [r[2] for r in conn.execute(f'PRAGMA index_info("{name}")')] == wanted]
+    assert len(found) == 1, (table, wanted, found)
+    return str(found[0])
+
+
+def _violated_foreign_key(conn: sqlite3.Connection, write: Write) -> str:
+    """The named foreign key the write breaks: the write again with foreign keys deferred to the commit,
+    then PRAGMA foreign_key_check, which must report exactly one foreign key."""
+    conn.execute("PRAGMA defer_foreign_keys = ON")  # until the transaction ends
+    write(conn)
+    (table, fkid), = {(row[0], row[3]) for row in conn.execute("PRAGMA foreign_key_check")}
+    columns = tuple(row[3] for row in conn.execute(f'PRAGMA foreign_key_list("{table}")') if row[0] == fkid)
+    (ddl,) = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    named = {tuple(c.strip() for c in cols.split(",")): name
+             for name, cols in re.findall(r"CONSTRAINT\s+(\w+)\s+FOREIGN\s+KEY\s*\(([^)]*)\)", ddl)}
+    return str(named.get(columns, f"an unnamed foreign key of {table} {columns}"))
+
+
+def declared_constraints() -> set[str]:
+    """Every name the schema's DDL gives a constraint (CHECK, FOREIGN KEY, UNIQUE, PRIMARY KEY) or a unique index."""
+    text = re.sub(r"--[^\n]*", "", "\n".join(m.load_sql() for m in MIGRATIONS))
+    names = set(re.findall(r"\bCONSTRAINT\s+(\w+)", text, re.IGNORECASE))
+    return names | set(re.findall(r"\bCREATE\s+UNIQUE\s+INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", text, re.IGNORECASE))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])
+def test_a_violating_row_is_refused_by_its_constraint(full: sqlite3.Connection, case: Case) -> None:
+    assert refused_by(full, case.write) == case.constraint
+
+
+def test_every_named_constraint_and_unique_index_has_a_violating_row(full: sqlite3.Connection) -> None:
+    """The names SQLite refused the cases' rows with cover every name the DDL declares (a case list
+    alone would not do: a case counts only for the constraint the database named)."""
+    refused = {refused_by(full, case.write) for case in CASES}
+    declared = declared_constraints()
+    assert len(declared) >= 60  # the parse found the schema's constraints
+    assert sorted(declared - refused) == []  # a constraint no row was refused by
+    assert sorted(refused - declared) == []  # a case refused by something the DDL does not name
+
+
+def test_without_the_epoch_index_a_second_admission_of_one_ready_epoch_is_accepted(full: sqlite3.Connection) -> None:
+    """The index is what refuses it (issue 33: no SQLite test stored a second admission of one epoch)."""
+    (case,) = [c for c in CASES if c.constraint == "ql3_ppw_task_attempt_admissions_epoch_uidx"]
+    full.execute("BEGIN IMMEDIATE")
+    try:
+        full.execute("DROP INDEX ql3_ppw_task_attempt_admissions_epoch_uidx")
+        case.write(full)
+        assert count(full, TASK_ADMISSIONS) == 2
+    finally:
+        full.execute("ROLLBACK")

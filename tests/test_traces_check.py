@@ -290,6 +290,23 @@ def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 1 and report["status"] == "wrong" and report["wrongStep"]["stepIndex"] == k
 
 
+def test_cli_check_of_a_file_without_steps_is_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A valid file of no step holds no expectation to re-derive: it said `ok`, exit 0, before issue 33."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(fresh() | {"steps": []}), encoding="utf-8")
+    wrong = tmp_path / "wrong.json"
+    doc = fresh()
+    doc["steps"][writing_steps(doc)[0]]["outcome"] = {"error": {"class": "Conflict", "code": "X", "reason": "y"}}
+    wrong.write_text(json.dumps(doc), encoding="utf-8")
+    code, lines, _ = _qlwf(["traces", "check", str(CORPUS_FILES[0]), str(empty)], capsys)
+    assert code == 3 and lines[1] == f"EMPTY   {empty}: no step, so no expectation to re-derive: no verdict"
+    assert lines[-1] == "traces check: 2 file(s): 1 ok, 0 wrong, 0 invalid, 1 empty (no step: no verdict)"
+    assert _qlwf(["traces", "check", str(empty), str(wrong)], capsys)[0] == 1  # a wrong file outweighs it
+    assert _qlwf(["traces", "check", str(empty), str(tmp_path / "missing.json")], capsys)[0] == 2
+    code, lines, _ = _qlwf(["traces", "check", "--json", str(empty)], capsys)
+    assert code == 3 and json.loads(lines[0])["status"] == "empty"
+
+
 def test_cli_export_needs_something_to_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _qlwf(["traces", "export", str(tmp_path)], capsys)
     assert code == 2 and "nothing to export" in err

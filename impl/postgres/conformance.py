@@ -73,10 +73,12 @@ class PostgresBackend:
         return _lost(self.conninfo)
 
     def shutdown(self) -> None:
-        self.database.close()
-        self.server.drop_database(self.name)
-        if self._owns_server:
-            self.server.stop()
+        try:
+            self.database.close()
+            self.server.drop_database(self.name)
+        finally:  # a server this factory started goes with it, even when the drop failed (a dead server)
+            if self._owns_server:
+                self.server.stop()
 
 
 def _lost(conninfo: str) -> str | None:

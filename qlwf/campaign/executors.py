@@ -106,30 +106,71 @@ class PoolExecutor:
         self._pool.close()
 
 
-def _check_address(address: str) -> None:
-    """Refuse an address dask's own parser cannot read, before a Client exists: a Client that fails
-    on one in its constructor holds its shutdown for 20 s when it is collected."""
-    from distributed.comm.addressing import parse_address, parse_host_port
-    from distributed.comm.registry import get_backend
+# distributed.comm's own transports (distributed/comm/__init__.py and its modules register them); others
+# come from the `distributed.comm.backends` entry points of installed packages, as Dask looks them up
+_DASK_SCHEMES = ("inproc", "tcp", "tls", "ucx", "ws", "wss")
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")  # the schemes whose locations are host:port
+_DASK_DEFAULT_SCHEME = "tcp"  # distributed.comm.default-scheme's default, for an address without one
 
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse an address Dask's own parser refuses (distributed.comm: parse_address, get_backend,
+    parse_host_port), in its words, before dask is imported and so before a Client exists: a
+    malformed address is bad usage whether or not the `cluster` extra is installed, and a Client that
+    fails on one in its constructor holds its shutdown for 20 s when it is collected (decisions Q-105).
+    tests/test_campaign.py holds this to Dask's parser on a table of addresses."""
+    scheme, sep, location = address.rpartition("://")
+    if not sep:
+        scheme = _DASK_DEFAULT_SCHEME
+    problem = None
+    if scheme not in _DASK_SCHEMES and not _plugin_scheme(scheme):
+        problem = f"unknown address scheme {scheme!r} (known schemes: {sorted(_DASK_SCHEMES)})"
+    elif scheme in _HOST_PORT_SCHEMES:
+        problem = _host_port_problem(location)
+    if problem is not None:
+        raise ClusterUnavailable(f"not a Dask scheduler address: {address!r}: {problem}")
+
+
+def _plugin_scheme(scheme: str) -> bool:
+    from importlib.metadata import entry_points
+
+    return bool(entry_points(group="distributed.comm.backends", name=scheme))
+
+
+def _host_port_problem(location: str) -> str | None:
+    """What distributed.comm.addressing.parse_host_port (no default port) says of `location`, or None."""
+    invalid = f"invalid address {location!r}; maybe: ipv6 needs brackets like [::1]"
+    if location.startswith("["):  # '[addr]:port': the address may hold colons
+        _, bracket, tail = location[1:].partition("]")
+        if not bracket:
+            return invalid
+        if not tail:
+            return f"missing port number in address {location!r}"
+        if not tail.startswith(":"):
+            return invalid
+        port = tail[1:]
+    else:
+        host, colon, port = location.rpartition(":")
+        if not colon:
+            return f"missing port number in address {location!r}"
+        if ":" in host:
+            return invalid
     try:
-        scheme, location = parse_address(address)
-        get_backend(scheme)  # a scheme dask knows
-        if scheme in ("tcp", "tls", "ws", "wss"):  # the schemes whose locations are host:port
-            parse_host_port(location)
+        int(port)  # what Dask converts the port with, so what it accepts (" 80", "8_0")
     except ValueError as e:
-        raise ClusterUnavailable(f"not a Dask scheduler address: {address!r}: {e}") from e
+        return str(e)
+    return None
 
 
 class DaskExecutor:
     """The same shards on an existing Dask cluster (dask.distributed.Client at ADDRESS)."""
 
     def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        check_scheduler_address(address)  # first: a malformed address is refused as such without Dask too
         try:
             from dask.distributed import Client
         except ImportError as e:
             raise ClusterUnavailable("--scheduler needs dask.distributed: pip install 'qlwf[cluster]'") from e
-        _check_address(address)
         try:
             self._client = Client(address, timeout=timeout_s, set_as_default=False)
         except (OSError, TimeoutError) as e:
