@@ -105,6 +105,7 @@ def test_the_first_run_installs_with_uv_and_falls_back_to_pip(tmp_path: Path, uv
     repo.mkdir()
     shutil.copy2(WRAPPER, repo / "qlwfw")
     shutil.copy2(REPO / "pyproject.toml", repo / "pyproject.toml")
+    shutil.copy2(REPO / "requirements.lock", repo / "requirements.lock")
     log = tmp_path / "calls"
     fake_python = tmp_path / "python"
     # `-m venv DIR` makes DIR/bin/python (this same fake) and a DIR/bin/qlwf that answers --help
@@ -124,19 +125,48 @@ exit 0
     assert "qlwf-help" in out.stdout
     calls = log.read_text().splitlines()
     venv = repo / ".venv"
-    expected = [f"-m venv {venv}",
-                "-m pip install -qq --disable-pip-version-check uv",
-                "-m uv pip install -q --native-tls --compile-bytecode "
-                f"--python {venv}/bin/python -e {repo}[dev,cluster]"]
-    if not uv_works:
-        expected += ["-m pip install -qq --disable-pip-version-check --upgrade pip",
-                     f"-m pip install -qq --disable-pip-version-check -e {repo}[dev,cluster]"]
+    uv = f"-m uv pip install -q --native-tls --compile-bytecode --python {venv}/bin/python"
+    expected = [f"-m venv {venv}", "-m pip install -qq --disable-pip-version-check uv"]
+    if uv_works:  # the locked dependencies with their hashes, then qlwf alone (decisions Q-138)
+        expected += [f"{uv} --require-hashes -r {repo}/requirements.lock", f"{uv} --no-deps -e {repo}"]
+    else:
+        expected += [f"{uv} --require-hashes -r {repo}/requirements.lock",
+                     "-m pip install -qq --disable-pip-version-check --upgrade pip",
+                     f"-m pip install -qq --disable-pip-version-check --require-hashes -r {repo}/requirements.lock",
+                     f"-m pip install -qq --disable-pip-version-check --no-deps -e {repo}"]
     assert calls == expected
     assert ("could not install with uv; installing with pip" in out.stderr) is not uv_works
     assert (venv / ".qlwf-installed").is_file()  # the next run installs nothing
     subprocess.run([str(repo / "qlwfw"), "--help"], capture_output=True, timeout=60, check=True,
                    env={**os.environ, "PYTHON": str(fake_python)})
     assert log.read_text().splitlines() == calls
+
+
+def test_the_lock_pins_every_dependency_within_pyprojects_minimums() -> None:
+    """requirements.lock (decisions Q-138) holds one exact, hashed version of every dependency that
+    pyproject.toml names for the installed extras, and that version satisfies pyproject's minimum:
+    a dependency added without `./qlwfw lock` fails here, not on a fresh machine."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    wanted += [Requirement(r) for extra in ("dev", "cluster") for r in project["optional-dependencies"][extra]]
+    pinned: dict[str, list[str]] = {}
+    lines = (REPO / "requirements.lock").read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            spec = line.split(";")[0].split()[0]
+            name, _, version = spec.partition("==")
+            assert version, f"not an exact pin: {line}"
+            assert "--hash=sha256:" in line, f"no hash: {line}"
+            pinned.setdefault(canonicalize_name(name.split("[")[0]), []).append(version)
+    for req in wanted:
+        versions = pinned.get(canonicalize_name(req.name))
+        assert versions, f"{req.name} is in pyproject.toml but not in requirements.lock (run ./qlwfw lock)"
+        assert all(req.specifier.contains(v, prereleases=True) for v in versions), (req, versions)
 
 
 def test_the_package_builds_quietly_with_its_data(tmp_path: Path) -> None:
