@@ -3,6 +3,9 @@
 Everything not in `__all__` is internal: modules may be imported by the checkers of this repository,
 but only these names are kept stable. Names load on first use, so importing one table module does
 not load the whole system.
+
+The model follows ../shared/spec/ as written; where the spec leaves a choice, its reading is in
+docs/spec-readings.md. It imports nothing of qlwf outside this package.
 """
 
 from __future__ import annotations
