@@ -9,6 +9,7 @@ answer the §3 form gives for the binding derived from the same evidence.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 from collections.abc import Callable
@@ -428,3 +429,51 @@ def test_a_version_range_the_semver_port_cannot_judge_is_unavailable() -> None:
     with pytest.raises(SemverRangeUnsupported) as info:
         E.build_cluster_execution_revision(s.plan, s.receipt, s.task, placement=placement)
     assert (info.value.error_class, info.value.code) == ("Unavailable", "QLWF_ORACLE_SEMVER_RANGE_UNSUPPORTED")
+
+
+ODD_VALUES: tuple[Any, ...] = (None, True, 0, -1, 1.5, 2**53, "", "x" * 300, "\u00e9", [], [None], {}, {"k": 1})
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _mutants(inp: Record) -> list[Record]:
+    """Every single-place mutation of `inp`: each value (at any depth) replaced by each odd value or
+    deleted, and an unknown key added to each object."""
+    out = []
+    for path in _paths(inp)[1:]:
+        for change in (*ODD_VALUES, "delete", "add"):
+            m = copy.deepcopy(inp)
+            parent = m
+            for key in path[:-1]:
+                parent = parent[key]
+            if change == "delete":
+                del parent[path[-1]]
+            elif change == "add":
+                if not isinstance(parent[path[-1]], dict):
+                    continue
+                parent[path[-1]]["unknownKey"] = 1
+            else:
+                parent[path[-1]] = change
+            out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("executor", ["local_process", "remote_worker"])
+def test_every_single_mutation_of_ql3_evidence_is_answered_or_refused_with_a_typed_error(executor: str) -> None:
+    """Replace any value anywhere in a valid §3A input by an odd one, delete it, or add a key: the
+    oracle answers or raises one of its typed errors, never another exception (README §6: every
+    value read is type-checked)."""
+    mutants = _mutants(Scenario(executor).input())
+    assert len(mutants) > 1000
+    for inp in mutants:
+        with contextlib.suppress(QlwfError):
+            consult("admit-attempt", inp)

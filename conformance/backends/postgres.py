@@ -1,8 +1,8 @@
-"""The `postgres` conformance backend: its factory, provisioner and concurrency host (conformance/backends.py).
+"""The `postgres` conformance backend: its factory, provisioner and concurrency host (conformance/backends/).
 
 The factory: one database per factory, emptied before every trace.
 
-The server is `server.server_from_env()` (QLWF_PG_DSN or a throwaway cluster), started once per
+The server is `provision.server_from_env()` (QLWF_PG_DSN or a throwaway cluster), started once per
 process and shared by every factory of that process; processes forked afterwards (`--jobs`) reuse it,
 each factory with its own database. A fresh store per trace is a one-round-trip DELETE of every
 ql3 table, which is far cheaper than a new database or a TRUNCATE of nine tables.
@@ -17,14 +17,16 @@ import threading
 from collections.abc import Iterator
 
 import psycopg
-from qlwf.conformance.backends import BackendLost, BackendMisconfigured, BackendUnavailable, Provisioner
 from qlwf.impl.port import Clock, CommandPort, FixedClock
+from qlwf.impl.postgres.adapter import PostgresAdapter
+from qlwf.impl.postgres.database import ConnectionUnavailable, PgDatabase
+from qlwf.impl.postgres.dsn import PostgresUnavailable, check_dsn_env, one_line
 from qlwf.impl.sql_adapter import Observer
 
-from .adapter import PostgresAdapter
-from .database import ConnectionUnavailable, PgDatabase
-from .dsn import check_dsn_env, one_line
-from .server import PgServer, PostgresStartupError, PostgresUnavailable, server_from_env, unique_database_name
+from ..provision.databases import unique_database_name
+from ..provision.external import server_from_env
+from ..provision.servers import PgServer, PostgresStartupError
+from .registry import BackendLost, BackendMisconfigured, BackendUnavailable, Provisioner
 
 _lock = threading.Lock()
 _shared: tuple[int, PgServer] | None = None  # (pid that started it, server)
@@ -69,7 +71,7 @@ class PostgresBackend:
         return PostgresAdapter(self.database, FixedClock())
 
     def storage_lost(self) -> str | None:
-        """Why the server does not answer a fresh connection, or None (conformance/backends.py)."""
+        """Why the server does not answer a fresh connection, or None (conformance/backends/registry.py)."""
         return _lost(self.conninfo)
 
     def shutdown(self) -> None:
@@ -82,7 +84,7 @@ class PostgresBackend:
 
 
 def _lost(conninfo: str) -> str | None:
-    from qlwf.conformance.outage import unanswered
+    from ..outage import unanswered
 
     why = unanswered(conninfo)
     return None if why is None else f"the PostgreSQL server stopped answering during the run: {why}"
@@ -127,7 +129,7 @@ class PostgresConcurrencyStore:
     transient: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
 
     def __init__(self, server: PgServer) -> None:
-        from qlwf.conformance.concurrency import StoreSetupFailed
+        from ..concurrency import StoreSetupFailed
 
         self._server = server
         self._name = unique_database_name("qlwf_concurrency")
@@ -146,7 +148,7 @@ class PostgresConcurrencyStore:
             raise StoreSetupFailed(f"cannot set up the database: {one_line(e)}") from e
 
     def port(self, k: int, clock: Clock, variant: str, observer: Observer) -> PostgresAdapter:
-        from qlwf.conformance.concurrency_variants import VARIANTS
+        from ..concurrency_variants import VARIANTS
 
         chosen = VARIANTS[variant]
         # the port owns its pool of K connections: closing the port closes it
@@ -154,12 +156,12 @@ class PostgresConcurrencyStore:
                                pool_size=k, observer=observer)
 
     def probe(self) -> bool:
-        from qlwf.conformance.outage import probe
+        from ..outage import probe
 
         return probe(self.conninfo)
 
     def quiet(self) -> contextlib.AbstractContextManager[None]:
-        from qlwf.conformance.outage import quiet_pool
+        from ..outage import quiet_pool
 
         return quiet_pool()
 
@@ -181,7 +183,7 @@ class PostgresConcurrencyHost:
 
     @property
     def variants(self) -> dict[str, str]:
-        from qlwf.conformance.concurrency_variants import VARIANTS
+        from ..concurrency_variants import VARIANTS
 
         return {name: v.description for name, v in VARIANTS.items()}
 
@@ -190,7 +192,7 @@ class PostgresConcurrencyHost:
 
     def capacity_problem(self, k: int) -> str | None:
         """K pooled connections plus one for the harness (outage probes) must fit the server."""
-        from qlwf.conformance.outage import connection_headroom
+        from ..outage import connection_headroom
 
         headroom = connection_headroom(self.server.dsn())
         if k + 1 > headroom.available:

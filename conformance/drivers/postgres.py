@@ -1,8 +1,8 @@
-"""`python -m qlwf.impl.postgres.driver`: the PostgreSQL backend behind the qlwf-backend@1 protocol.
+"""`python -m qlwf.conformance.drivers.postgres`: the PostgreSQL backend behind the qlwf-backend@1 protocol.
 
-The server is `QLWF_PG_DSN` or a throwaway cluster (`server.server_from_env`), started before the
-first request is read; the driver owns one database on it, emptied on every `reset`, and drops it
-(and stops the cluster) when the harness closes the channel.
+The server is `QLWF_PG_DSN` or a throwaway cluster (`conformance/provision`, `server_from_env`), started
+before the first request is read; the driver owns one database on it, emptied on every `reset`, and drops
+it (and stops the cluster) when the harness closes the channel.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from qlwf.impl.driver_protocol import package_version, serve
 
-from .conformance import PostgresBackend, stop_shared_server
+from ..backends.postgres import PostgresBackend, stop_shared_server
 
 
 class DriverStores(PostgresBackend):

@@ -1,23 +1,9 @@
-"""The registry of conformance backends: everything the gate, the CLI and the tests know of a backend.
+"""The registry's machinery: what an entry says (`BackendSpec`), the errors a backend's storage raises,
+and `register` / `get` over the entries. The entries themselves are registered by the package
+(`qlwf.conformance.backends`), which names each backend's factory by "module:attribute".
 
-A backend is one package plus one `register(...)` call. An entry says:
-
-* `target` — the factory: a zero-argument callable (or its "module:attribute", imported lazily, so
-  a backend whose driver is missing does not break the others) returning a `BackendFactory`, which
-  opens a fresh, empty store per trace (`open()`, a `CommandPort` whose clock is a `FixedClock`)
-  and releases shared resources at the end of a run (`shutdown()`);
-* `provisioner` — how its storage comes to exist (`prepare()` starts or checks it up front), which
-  errors mean "no storage here" (`guard()` turns them into `BackendUnavailable`) and whether a CI
-  run must fail rather than skip without it (`required_in_ci`);
-* `capabilities` — what the harnesses may do with it (CAPABILITIES), with the entry points that
-  need one: `crashes` (crash injection, see `CrashHarness`) and `concurrency` (a
-  `conformance.concurrency.ConcurrencyHost`);
-* `gate` — the gate checks it contributes (`GateEntry`: check name, kind, parameters per profile),
-  on `leg` (what `qlwf check --skip LEG` leaves out).
-
-The gate (qlwf/checks.py), `qlwf conform` / `qlwf replay` and tests/test_backends.py iterate this
-registry; nothing else names a backend. `QLWF_BACKEND_MODULES=pkg.mod,...` imports further modules
-that register backends of their own (a plugin outside this repository, or a test's throwaway one).
+Modules of the harness import this module, never the package: the backends' own modules (the
+registry's lazy targets) use these types, so the package importing them back would be a cycle.
 """
 
 from __future__ import annotations
@@ -227,43 +213,6 @@ def get(name: str) -> BackendSpec:
     return _REGISTRY[name]
 
 
-class SqliteBackend:
-    """A private in-memory SQLite database per trace (storage.md §6.1): a closed trace's store comes
-    back emptied for the next one, keeping its compiled statements (decisions Q-63)."""
-
-    def __init__(self, path: str = ":memory:", *, reuse: bool = True) -> None:
-        self.path = path
-        self.reuse = reuse and path == ":memory:"
-        self._pool: Any = None
-
-    def open(self) -> CommandPort:
-        from qlwf.impl.sqlite.adapter import SqliteAdapter
-
-        if not self.reuse:
-            return SqliteAdapter(self.path)
-        if self._pool is None:
-            from qlwf.impl.sqlite.memory import MemoryStorePool
-
-            self._pool = MemoryStorePool()
-        return SqliteAdapter(pool=self._pool)
-
-    def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-
-class ModelBackend:
-    """The model behind the port (a self-check of the harness and of recorded traces)."""
-
-    def open(self) -> CommandPort:
-        from .model_port import ModelPort
-
-        return ModelPort()
-
-    def shutdown(self) -> None:
-        pass
-
 
 class _LazyProvisioner(Provisioner):
     """A provisioner named by "module:attribute", imported on first use (psycopg only when needed)."""
@@ -291,51 +240,3 @@ class _LazyProvisioner(Provisioner):
 def lazy_provisioner(target: str, *, required_in_ci: bool, description: str) -> Provisioner:
     return _LazyProvisioner(target, required_in_ci, description)
 
-
-SEED = 20261129  # the gate's seed of generated traces
-POSTGRES = lazy_provisioner("qlwf.impl.postgres.conformance:PostgresProvisioner", required_in_ci=True,
-                            description="QLWF_PG_DSN, or a throwaway cluster from the local PostgreSQL binaries")
-
-register("sqlite", "qlwf.conformance.backends:SqliteBackend", "SQLite, one in-memory database per trace",
-         capabilities=frozenset({"snapshot", "lost_commits", "crash_points", "concurrency", "transaction_log"}),
-         crashes="qlwf.conformance.crashes:gate_crashes",
-         concurrency="qlwf.impl.sqlite.concurrency:SqliteConcurrencyHost",
-         gate=(GateEntry("conform-sqlite", "conform", "corpus + generated traces, SQLite vs model, every step",
-                         {"traces": 800, "jobs": 2}, {"traces": 1500, "jobs": 2}),
-               GateEntry("faults-sqlite", "faults", "lost commit responses and crashes at every statement boundary")))
-register("model", "qlwf.conformance.backends:ModelBackend", "the reference model itself")
-register("exec-sqlite", "qlwf.conformance.exec_port:sqlite_driver",
-         "the SQLite reference driver (python -m qlwf.impl.sqlite.driver) over qlwf-backend@1",
-         capabilities=frozenset({"snapshot", "driver"}),
-         gate=(GateEntry("exec-sqlite", "conform",
-                         "corpus + generated traces through the SQLite driver process (qlwf-backend@1)",
-                         {"traces": 8, "jobs": 2}, {"traces": 24, "jobs": 2}),))
-register("postgres", "qlwf.impl.postgres.conformance:PostgresBackend",
-         "PostgreSQL (QLWF_PG_DSN or a throwaway cluster), one database emptied per trace",
-         provisioner=POSTGRES, leg="postgres",
-         capabilities=frozenset({"snapshot", "lost_commits", "crash_points", "concurrency", "transaction_log"}),
-         crashes="qlwf.conformance.pg_crashes:gate_crashes",
-         concurrency="qlwf.impl.postgres.conformance:PostgresConcurrencyHost",
-         gate=(GateEntry("conform-postgres", "conform", "corpus + generated traces, PostgreSQL vs model, every step",
-                         {"traces": 30, "jobs": 1}, {"traces": 120, "jobs": 1}),
-               # The quick gate runs a short K=8 too: some faults (a clock read out of lock order) show only there.
-               GateEntry("concurrency-postgres", "concurrency",
-                         "K = 2, 4, 8 workers; history replays through the model",
-                         {"ks": (2, 4, 8), "ops": 40}, {"ks": (2, 4, 8), "ops": 60}),
-               GateEntry("faults-postgres", "faults",
-                         "lost commit responses, backend kills at every statement, server crashes",
-                         {"invariants": False}, {"invariants": False})))
-register("exec", "qlwf.conformance.exec_port:unconfigured",
-         "an external driver speaking qlwf-backend@1 over stdin/stdout (--driver CMD)",
-         capabilities=frozenset({"snapshot", "driver"}))
-register("exec-postgres", "qlwf.conformance.exec_port:postgres_driver",
-         "the PostgreSQL reference driver (python -m qlwf.impl.postgres.driver) over qlwf-backend@1",
-         provisioner=POSTGRES, leg="postgres", capabilities=frozenset({"snapshot", "driver"}))
-
-
-def _load_plugins() -> None:
-    for module in filter(None, (m.strip() for m in os.environ.get("QLWF_BACKEND_MODULES", "").split(","))):
-        importlib.import_module(module)
-
-
-_load_plugins()
