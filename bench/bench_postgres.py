@@ -45,11 +45,11 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 from qlwf.conformance import backends, runner
+from qlwf.conformance.backends.postgres import shared_server
 from qlwf.conformance.lockstep import FULL_EVERY, run_lockstep
+from qlwf.conformance.provision import DSN_ENV, PgServer, unique_database_name
 from qlwf.conformance.trace import Trace
 from qlwf.impl.postgres.adapter import TRANSACTION_LIMITS, PostgresAdapter, TransactionLog
-from qlwf.impl.postgres.conformance import shared_server
-from qlwf.impl.postgres.server import DSN_ENV, PgServer, unique_database_name
 
 SEED = 20261129
 

@@ -1,6 +1,6 @@
 """Concurrency check of a backend (storage.md §5–§7): K workers, one store, then judgement.
 
-Any backend that declares the `concurrency` capability (conformance/backends.py) provides a
+Any backend that declares the `concurrency` capability (conformance/backends/) provides a
 `ConcurrencyHost`: a fresh store per run and a port over it shared by K threads (PostgreSQL: a pool
 of K connections, so each transaction runs on its own connection; SQLite: the one connection behind
 its FIFO authority). The threads drive the same few workflows for a bounded number of operations under a
@@ -34,8 +34,8 @@ from qlwf.impl.port import Clock, Record, Snapshot
 from qlwf.impl.sql_adapter import Observer, SqlAdapter, TransactionLog
 from qlwf.model.errors import Unavailable
 
-from . import backends
 from . import concurrency_history as history
+from .backends import registry
 from .concurrency_workload import Worker, World, workflow_plan
 from .outage import OUTAGE_REASONS, Outage, Reachability, StorageUnreachable
 
@@ -323,7 +323,7 @@ def concurrency_check(k: int = 4, ops: int = 60, *, seed: int = 0, variant: str 
     """
     name = backend if host is None else host.name
     if host is None:
-        host = backends.get(backend).concurrency_host(**({"server": server} if server is not None else {}))
+        host = registry.get(backend).concurrency_host(**({"server": server} if server is not None else {}))
     if variant not in host.variants:
         raise ValueError(f"backend {host.name} has no concurrency variant {variant!r} (known: {sorted(host.variants)})")
     config = ConcurrencyConfig(k=k, ops=ops, workflows=workflows,

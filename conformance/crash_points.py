@@ -17,13 +17,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qlwf.impl.postgres.server import PgServer
 from qlwf.model import tables as T
 
 from . import runner
 from .crashes import CrashStats, run_with_crashes
 from .lockstep import LockstepResult
 from .pg_crashes import PgCrashStats, run_with_kills
+from .provision.servers import PgServer
 from .trace import Trace
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "crash-points.md"
@@ -111,7 +111,7 @@ def render(coverage: Coverage) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from qlwf.impl.postgres.conformance import stop_shared_server
+    from .backends.postgres import stop_shared_server
 
     try:
         coverage = measure(runner.corpus_traces())

@@ -37,7 +37,7 @@ from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.store import SqliteStore
 from qlwf.model import tables as T
 
-from .backends import CrashEvidence
+from .backends.registry import CrashEvidence
 from .lockstep import LockstepResult, run_lockstep
 from .trace import Trace
 

@@ -24,7 +24,7 @@ from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedCloc
 from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import Unavailable, error_from_json
 
-from . import backends
+from .backends import registry
 from .exec_connection import DriverConnection, DriverRefused, Ticket, record_key
 from .exec_process import DriverFailure
 
@@ -310,12 +310,17 @@ class ExecBackend:
 
 def unconfigured() -> ExecBackend:
     """`--backend exec` before `register_driver` gave it a command."""
-    raise backends.BackendMisconfigured("--backend exec needs --driver CMD (the driver command line)")
+    raise registry.BackendMisconfigured("--backend exec needs --driver CMD (the driver command line)")
+
+
+# The in-repo reference drivers: SQLite's lives with its backend, PostgreSQL's with the harness that
+# provisions its throwaway cluster (conformance/drivers/).
+REFERENCE_DRIVERS = {"sqlite": "qlwf.impl.sqlite.driver", "postgres": "qlwf.conformance.drivers.postgres"}
 
 
 def reference_driver(backend: str) -> list[str]:
     """The command of an in-repo reference driver, run by this interpreter."""
-    return [sys.executable, "-m", f"qlwf.impl.{backend}.driver"]
+    return [sys.executable, "-m", REFERENCE_DRIVERS[backend]]
 
 
 def sqlite_driver() -> ExecBackend:
@@ -332,7 +337,7 @@ def register_driver(name: str, command: str | Sequence[str], timeout_s: float = 
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if not argv:
         raise ValueError("empty driver command")
-    backends.retarget(name, lambda: ExecBackend(argv, timeout_s, read_back),
+    registry.retarget(name, lambda: ExecBackend(argv, timeout_s, read_back),
                       f"external driver {shlex.join(argv)} (qlwf-backend@1)")
 
 
@@ -341,18 +346,18 @@ def driver_configured(name: str, command: str | None, timeout_s: float | None) -
     """For one run, `--driver CMD` / `--driver-timeout S` of a driver backend: its command (default:
     the one it has) and its per-response timeout (default: the one that command has, else
     DEFAULT_TIMEOUT_S). The registry entry is restored afterwards."""
-    saved = backends.get(name)
+    saved = registry.get(name)
     if command is None and timeout_s is None:
         yield
         return
     if command is None:
         current = saved.create()  # an ExecBackend starts nothing before open()
         if not isinstance(current, ExecBackend):
-            raise backends.BackendMisconfigured(f"backend {name} has no driver command to keep: give --driver CMD")
+            raise registry.BackendMisconfigured(f"backend {name} has no driver command to keep: give --driver CMD")
         register_driver(name, current.command, timeout_s or current.timeout_s)
     else:
         register_driver(name, command, timeout_s or DEFAULT_TIMEOUT_S)
     try:
         yield
     finally:
-        backends.restore(saved)
+        registry.restore(saved)

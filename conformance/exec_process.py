@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 from qlwf.model import strict_json
 
 from . import process_sweep
-from .backends import BackendBroken
+from .backends.registry import BackendBroken
 from .visible import visible
 
 Message = dict[str, Any]

@@ -39,7 +39,7 @@ __all__ = ["BOUNDARY_FAMILY", "DELAYS", "DURATIONS", "FAMILY_PERIOD", "PAGE_FAMI
 
 # Targeted families, chosen by the seed: every FAMILY_PERIOD consecutive seeds hold one boundary trace
 # (conformance/generators_boundary.py; it admits a 128-step plan, the costly part on PostgreSQL) and two
-# page traces (generators_pages.py); the other seeds are the random traces above, unchanged.
+# page traces (generators_pages.py); the other seeds are random traces (generators_base.Generator).
 FAMILY_PERIOD = 16
 BOUNDARY_FAMILY, PAGE_FAMILY = frozenset({0}), frozenset({4, 12})
 

@@ -18,7 +18,7 @@ from qlwf.model.values import INT31_MAX
 
 from . import plans
 from .drift_mirror import apply_patch
-from .generators import Chooser, GeneratorConfig, _Generator
+from .generators_base import Chooser, Generator, GeneratorConfig, RandomChooser
 from .trace import Trace, advance, corruption
 
 M = INT31_MAX
@@ -26,7 +26,7 @@ M = INT31_MAX
 LONG_LEASE = 60_000
 
 
-class BoundaryGenerator(_Generator):
+class BoundaryGenerator(Generator):
     def __init__(self, chooser: Chooser, config: GeneratorConfig, description: str) -> None:
         super().__init__(chooser, config, description)
         self.fresh_count = 0
@@ -259,7 +259,5 @@ def resigned_plan(plan: Record, **changes: Any) -> Record:
 
 
 def generate_boundary(seed: int, config: GeneratorConfig | None = None) -> Trace:
-    from .generators import RandomChooser
-
     g = BoundaryGenerator(RandomChooser(seed), config or GeneratorConfig(), f"generated-boundary-{seed}")
     return g.run(str(seed))

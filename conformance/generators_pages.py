@@ -16,7 +16,7 @@ from qlwf.model import tables as T
 from qlwf.model.records import Record
 
 from . import plans
-from .generators import GeneratorConfig, RandomChooser, _Generator
+from .generators_base import Generator, GeneratorConfig, RandomChooser
 from .trace import Trace, advance, corruption
 
 MAX_PAGES_PER_SWEEP = 16
@@ -25,7 +25,7 @@ MAX_PAGES_PER_SWEEP = 16
 DRIFT_PATCH: Record = {"readyAtMs": 5}
 
 
-class PageGenerator(_Generator):
+class PageGenerator(Generator):
     def cancelling(self) -> list[str]:
         return sorted(r["id"] for r in self.state.runs.values()
                       if r["status"] == "running" and "cancelRequestedAtMs" in r)

@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
-from qlwf.impl.postgres.dsn import one_line
-from qlwf.impl.postgres.server import PostgresUnavailable
+from qlwf.impl.postgres.dsn import PostgresUnavailable, one_line
 
 # The Unavailable reasons a lost or refused connection produces (storage.md §6.2).
 OUTAGE_REASONS = frozenset({"storage_unreachable", "storage_error", "scan_failed"})

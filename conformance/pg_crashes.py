@@ -45,17 +45,19 @@ from typing import Any
 import psycopg
 from qlwf.impl.port import FixedClock, Record, Snapshot
 from qlwf.impl.postgres.adapter import PostgresAdapter
-from qlwf.impl.postgres.conformance import shared_server
 from qlwf.impl.postgres.database import PgDatabase
-from qlwf.impl.postgres.server import PgServer, ThrowawayCluster, temporary_database
 from qlwf.impl.postgres.session import Boundaries
 from qlwf.model import tables as T
 from qlwf.model.errors import Unavailable
 
-from .backends import CrashEvidence
+from .backends.postgres import shared_server
+from .backends.registry import CrashEvidence
 from .crashes import CrashAtomicityError
 from .lockstep import LockstepResult, load_invariant_check, run_lockstep
 from .outage import quiet_pool
+from .provision.cluster import ThrowawayCluster
+from .provision.databases import temporary_database
+from .provision.servers import PgServer
 from .trace import Trace
 
 PAGE = "converge_cancellation_page"
@@ -274,8 +276,7 @@ def gate_crashes(quick: bool, traces: list[Trace] | None = None) -> CrashEvidenc
     """The postgres backend's crash harness (BackendSpec.crashes): a backend killed before every
     statement, and server crashes on a durable throwaway cluster. Given `traces`, only the kills,
     on those traces (the backend-parametrised tests; the gate crashes servers too)."""
-    from qlwf.impl.postgres.server import find_pg_bin
-
+    from .provision.binaries import find_pg_bin
     from .runner import corpus_traces
 
     def rendered(what: str, result: LockstepResult) -> str:

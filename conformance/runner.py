@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import backends
+from .backends import registry
 from .coverage import Coverage
 from .fork_pool import ForkPool
 from .generators import GeneratorConfig, generate
@@ -121,7 +121,7 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
     A trace that fails as the loss of the backend's storage would make it fail (a crash, an Unavailable
     answer, a store that cannot be opened) while the storage does not answer raises BackendLost: no
     divergence is reported for it (decisions Q-107)."""
-    factory = backends.get(backend).create()
+    factory = registry.get(backend).create()
     check = load_invariant_check() if invariants else None
     summary = RunSummary(backend, coverage=Coverage(backend))
     start = time.perf_counter()
@@ -165,15 +165,15 @@ def _storage_shaped(d: Divergence) -> bool:
     return d.kind == "backend_crash" or (isinstance(error, dict) and error.get("class") == "Unavailable")
 
 
-def _raise_if_lost(factory: backends.BackendFactory, when: str) -> None:
+def _raise_if_lost(factory: registry.BackendFactory, when: str) -> None:
     lost = getattr(factory, "storage_lost", None)
     why = lost() if lost is not None else None
     if why is not None:
-        raise backends.BackendLost(f"{why} ({when})")
+        raise registry.BackendLost(f"{why} ({when})")
 
 
 @contextlib.contextmanager
-def _unless_lost(factory: backends.BackendFactory, when: str) -> Iterator[None]:
+def _unless_lost(factory: registry.BackendFactory, when: str) -> Iterator[None]:
     try:
         yield
     except Exception:

@@ -174,7 +174,8 @@ def matrix_md() -> str:
     for inv, (name, clause, fn) in INVARIANTS.items():
         proof = f"`{proofs[inv]}` (inductive, z3)" if inv in proofs else f"not encoded: {missing.get(inv, '?')}"
         out.append(_row(inv, name, clause, ", ".join(cited.get(inv, [])) or "–",
-                        f"`model/invariants.py::{fn.__name__}`", proof, _codes(mentions.get(inv, []))))
+                        f"`model/{fn.__module__.rsplit('.', 1)[-1]}.py::{fn.__name__}`", proof,
+                        _codes(mentions.get(inv, []))))
     return "\n".join(out) + "\n"
 
 

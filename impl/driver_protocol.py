@@ -3,7 +3,7 @@
 A driver is a process that reads one JSON request per line on stdin and writes exactly one JSON
 response per request on stdout, in order, flushed, echoing the request's `id`. This module is the
 whole loop over any `CommandPort` factory, so a driver for an in-repo backend is a few lines
-(impl/sqlite/driver.py, impl/postgres/driver.py).
+(impl/sqlite/driver.py, conformance/drivers/postgres.py).
 
 Command errors (`QlwfError`) are outcomes, not failures; any other exception while serving a
 request is answered with `failure` and the loop goes on. The loop ends on `close` or end of input.

@@ -17,15 +17,15 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from qlwf.model import tables as T
+from qlwf.model.records import KIND_KEYS
 
 Record = dict[str, Any]
 Snapshot = dict[str, list[Record]]
 
-# The record kinds of `snapshot()`, in the model's order (model/state.py TABLES); each list is
-# sorted by the kind's key (commands.md §1.3).
-SNAPSHOT_KINDS: tuple[str, ...] = (
-    "admissions", "admissionSteps", "runs", "stepRuns", "mutations", "events", "attempts", "taskReceipts", "leases",
-)
+# The record kinds of `snapshot()`, in the model's order: the kinds of the record vocabulary
+# (model/records.py KIND_KEYS, from which model/state.py TABLES is read too); each list is sorted
+# by the kind's key (commands.md §1.3).
+SNAPSHOT_KINDS: tuple[str, ...] = tuple(KIND_KEYS)
 
 # Every command of commands.md §3.
 COMMAND_NAMES: tuple[str, ...] = tuple(T.COMMAND_OUTCOMES)

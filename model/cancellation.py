@@ -15,18 +15,21 @@ from .records import (
     shared_step_run,
     shared_task_receipt,
 )
+from .rules import explained
 from .steprun import transition_normalized_mutation
 from .values import INT31_MAX, is_array, is_int, is_int31, is_object, is_timestamp, same
 
 CANCEL_FAIL = InvalidRaiser(T.FAMILIES["cancellation"].invalid or "", "snapshot_invalid")
 ACTOR = T.CANCELLATION_ACTOR
 
-RULE_ATTEMPT_SETTLE = "cancel.attempt.settle: claimed without a leased lease"
-RULE_ATTEMPT_BLOCKED = "cancel.attempt.blocked: holds execution authority (leased claim, starting or running)"
-RULE_STEP_SKIP = "cancel.step.skip: already terminal"
-RULE_STEP_BLOCKED_ATTEMPT = "cancel.step.blocked: has a blocked active attempt"
-RULE_STEP_BLOCKED_RUNNING = "cancel.step.blocked: running (never write a false terminal)"
-RULE_STEP_MUTATE = "cancel.step.mutate: not executing, moved to the reason's target"
+# Why each row of CANCEL_ATTEMPT_TABLE / CANCEL_STEP_TABLE decides as it does; an explanation is the
+# row's id, then this (rules.explained). A StepRun held by a blocked attempt is decided before the
+# step table is read (§5): the command decision converge.step_held.
+ATTEMPT_WHY = {"settle": "claimed without a leased lease, so settled",
+               "blocked": "holds execution authority (leased claim, starting or running), so blocked"}
+STEP_WHY = {"skip": "already terminal", "blocked": "running (never write a false terminal)",
+            "mutate": "not executing, moved to the reason's target"}
+RULE_STEP_BLOCKED_ATTEMPT = explained(T.decision("converge.step_held").id, "has a blocked active attempt")
 
 
 def _check_entry(i: int, entry: Any, run: Record, steps_by_id: dict[str, Record]) -> Record:
@@ -132,7 +135,7 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
         a = entry["attempt"]
         decision = T.CANCEL_ATTEMPT_TABLE[(a["status"], entry["leaseStatus"])]
         if explain is not None:
-            explain[a["id"]] = RULE_ATTEMPT_BLOCKED if decision == "blocked" else RULE_ATTEMPT_SETTLE
+            explain[a["id"]] = explained(T.cancel_attempt_id(a["status"], entry["leaseStatus"]), ATTEMPT_WHY[decision])
         if decision == "blocked":
             blocked_attempts.append(a["id"])
             blocked_steps.add(a["stepRunId"])
@@ -161,17 +164,13 @@ def resolve_cancellation(snapshot: Any, *, explain: dict[str, str] | None = None
                 explain[s["id"]] = RULE_STEP_BLOCKED_ATTEMPT
             continue
         step_decision = T.CANCEL_STEP_TABLE[(s["status"], timeout)]
+        if explain is not None:
+            explain[s["id"]] = explained(T.cancel_step_id(s["status"], timeout), STEP_WHY[step_decision.action])
         if step_decision.action == "skip":
-            if explain is not None:
-                explain[s["id"]] = RULE_STEP_SKIP
             continue
         if step_decision.action == "blocked":
             blocked_steps.add(s["id"])
-            if explain is not None:
-                explain[s["id"]] = RULE_STEP_BLOCKED_RUNNING
             continue
-        if explain is not None:
-            explain[s["id"]] = RULE_STEP_MUTATE
         d = ids.cancellation_hash(run["id"], requested, "step", s["id"], s["version"])
         command: Record = {"expectedVersion": s["version"], "expectedDigest": s["stepRunDigest"],
                            "mutationId": ids.CONVERGE_MUTATION_PREFIX + d, "to": step_decision.target,

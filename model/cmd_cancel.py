@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import ids
+from . import messages as M
 from . import tables as T
+from .arguments import check_arguments, check_page
 from .cancellation import (
     RULE_STEP_BLOCKED_ATTEMPT,
     accumulate_page,
@@ -15,24 +17,18 @@ from .cancellation import (
     page_outcome,
     resolve_cancellation,
 )
-from .cmd_arguments import command_args, page_args
 from .cmd_context import CommandContext, bump_run, ceiling, put_attempt, put_mutation, put_run
 from .cmd_loads import check_lease_mirror, check_receipt, clock_floor, load_run, load_steps
 from .cmd_queries import cancellation_candidate_rows
 from .errors import Conflict, QlwfError
-from .records import RUN_KEYS, Record, actor_problem, canonical, make_event
+from .records import RUN_KEYS, Record, canonical, make_event
 from .state import State, StateWriter
-from .values import is_portable_id
 
 
 # ------------------------------------------------------------------------------------------------
 # request_cancel (commands.md §4.15)
 def request_cancel(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("runId", "reason", "actor"))
-    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
-    ctx.require(args["reason"] in T.CANCEL_REASONS, "reason must be a cancel reason")
-    problem = actor_problem(args["actor"])
-    ctx.require(problem is None, problem or "")
+    check_arguments(ctx, args, ctx.now)
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     clock_floor(state, ctx, run["id"], [])
@@ -45,7 +41,7 @@ def request_cancel(state: State, ctx: CommandContext, args: Any) -> tuple[Record
         ctx.fire(T.decision("cancel_request.existing").id)
         return answer("existing", run), state
     if run["status"] != "running":
-        raise ctx.conflict("run_terminal", f"Run is {run['status']}")
+        raise ctx.conflict("run_terminal", M.run_is(run["status"]))
     ceiling(ctx, run["version"] + 1)
     now = ctx.now
     tx = StateWriter(state, now)
@@ -66,10 +62,10 @@ def _converge(state: State, ctx: CommandContext, run_id: str) -> tuple[Record, S
     loaded = load_run(state, ctx, run_id)
     run = loaded.run
     if "cancelRequestedAtMs" not in run:
-        raise ctx.conflict("not_cancelling", "the Run has no cancel intent")
+        raise ctx.conflict("not_cancelling", M.NO_CANCEL_INTENT)
     if run["status"] != "running":
         if run["status"] != T.CANCEL_REASON_TARGET[run["cancelReason"]].status:
-            raise ctx.unavailable("terminal_drift", "terminal status disagrees with the cancel reason")
+            raise ctx.unavailable("terminal_drift", M.CANCEL_TERMINAL_DRIFT)
         ctx.fire(T.decision("converge.settled").id)
         return {"status": "settled", "runId": run["id"], "settledAttempts": 0, "stepMutationCount": 0,
                 "blockedAttemptIds": [], "blockedStepRunIds": [], "terminalStatus": run["status"],
@@ -124,13 +120,12 @@ def _converge(state: State, ctx: CommandContext, run_id: str) -> tuple[Record, S
 
 
 def converge_cancellation(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("runId",))
-    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
+    check_arguments(ctx, args, ctx.now)
     return _converge(state, ctx, args["runId"])
 
 
 def converge_cancellation_page(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    limit, after = page_args(ctx, args, "cancellation_candidates")
+    limit, after = check_page(ctx, args, "cancellation_candidates")
     rows = [row for key, row in cancellation_candidate_rows(state) if after is None or key > after][: limit + 1]
     outcomes = []
     current = state

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import messages as M
 from . import tables as T
-from .cmd_arguments import command_args
+from .arguments import check_arguments
 from .cmd_context import CommandContext, bump_run, ceiling, put_mutation, put_run
 from .cmd_loads import clock_floor, load_run, load_steps
 from .errors import QlwfError
 from .frontier import resolve_frontier
 from .records import Record
 from .state import State, StateWriter
-from .values import is_portable_id
 
 
 def advance_frontier(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("runId",))
-    ctx.require(is_portable_id(args["runId"]), "runId must be a PORTABLE_ID")
+    check_arguments(ctx, args, ctx.now)
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     if "cancelRequestedAtMs" in run:
-        raise ctx.conflict("cancellation_requested", "the Run has cancel intent")
+        raise ctx.conflict("cancellation_requested", M.CANCEL_INTENT)
     steps = load_steps(state, ctx, loaded)
     clock_floor(state, ctx, run["id"], [])
     try:
@@ -34,7 +33,7 @@ def advance_frontier(state: State, ctx: CommandContext, args: Any) -> tuple[Reco
     mutations = res["stepMutations"]
     if run["status"] != "running":
         if mutations or res["terminalStatus"] != run["status"]:
-            raise ctx.unavailable("terminal_drift", "terminal Run does not recompute to its status")
+            raise ctx.unavailable("terminal_drift", M.FRONTIER_TERMINAL_DRIFT)
         ctx.fire(T.decision("frontier.settled").id)
         return {"status": "settled", **base, "stepMutationCount": 0, "readyStepRunIds": [],
                 "terminalStatus": run["status"], "runVersion": run["version"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import messages as M
 from .cmd_context import CommandContext
 from .errors import Invalid, QlwfError
 from .integrity import clock_problem, lease_mirror_problem, plan_step_problem, receipt_problem, run_problem
@@ -34,10 +35,10 @@ class Loaded:
 def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
     run = state.runs.get(run_id)
     if run is None:
-        raise ctx.conflict("run_missing", f"Run {run_id} does not exist")
+        raise ctx.conflict("run_missing", M.run_missing(run_id))
     admissions = state.admission_of_run(run_id)
     if len(admissions) != 1:
-        raise ctx.unavailable("admission_drift", f"Run {run_id} has {len(admissions)} admissions")
+        raise ctx.unavailable("admission_drift", M.admission_count(run_id, len(admissions)))
     adm = admissions[0]
     try:
         plan = shared_plan(adm["plan"])
@@ -45,7 +46,7 @@ def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
     except QlwfError as e:
         raise ctx.unavailable("plan_drift", e.message) from e
     if plan["planDigest"] != adm["planDigest"]:
-        raise ctx.unavailable("plan_drift", "stored planDigest differs from the admission")
+        raise ctx.unavailable("plan_drift", M.PLAN_DIGEST_DRIFT)
     drift = _checked(run_problem, run, plan)
     if drift is not None:
         raise ctx.unavailable(*drift)
@@ -55,7 +56,7 @@ def load_run(state: State, ctx: CommandContext, run_id: str) -> Loaded:
 def load_step(state: State, ctx: CommandContext, loaded: Loaded, step_run_id: str) -> Record:
     s = state.step_runs.get(step_run_id)
     if s is None or s["runId"] != loaded.run["id"]:
-        raise ctx.conflict("step_missing", f"StepRun {step_run_id} of Run {loaded.run['id']} does not exist")
+        raise ctx.conflict("step_missing", M.step_missing(step_run_id, loaded.run["id"]))
     try:
         shared_step_run(s)
     except QlwfError as e:
@@ -69,7 +70,7 @@ def load_step(state: State, ctx: CommandContext, loaded: Loaded, step_run_id: st
 def load_steps(state: State, ctx: CommandContext, loaded: Loaded) -> list[Record]:
     steps = state.steps_of_run(loaded.run["id"])
     if sorted(s["id"] for s in steps) != sorted(p["stepRunId"] for p in loaded.plan["steps"]):
-        raise ctx.unavailable("step_drift", "StepRuns are not in bijection with the plan steps")
+        raise ctx.unavailable("step_drift", M.STEPS_NOT_PLAN)
     return [load_step(state, ctx, loaded, s["id"]) for s in sorted(steps, key=lambda s: (s["stepKey"], s["id"]))]
 
 
@@ -94,7 +95,7 @@ def check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) 
             raise Invalid("", "", "missing")
         r = shared_task_receipt(receipt)
     except QlwfError as e:
-        raise ctx.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e.message}") from e
+        raise ctx.unavailable("receipt_drift", M.receipt_problem(attempt["id"], e.message)) from e
     drift = _checked(receipt_problem, attempt, r)
     if drift is not None:
         raise ctx.unavailable(*drift)
@@ -104,7 +105,7 @@ def check_receipt(ctx: CommandContext, attempt: Record, receipt: Record | None) 
 def load_attempt(state: State, ctx: CommandContext, attempt_id: str) -> LoadedAttempt:
     attempt = state.attempts.get(attempt_id)
     if attempt is None:
-        raise ctx.conflict("attempt_missing", f"attempt {attempt_id} does not exist")
+        raise ctx.conflict("attempt_missing", M.attempt_missing(attempt_id))
     receipt = check_receipt(ctx, attempt, state.receipts.get(attempt_id))
     loaded = load_run(state, ctx, attempt["runId"])
     step = load_step(state, ctx, loaded, attempt["stepRunId"])

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import tables as T
+from .arguments import check_page
 from .attempts import lease_is_expired
-from .cmd_arguments import page_args
 from .cmd_context import CommandContext
 from .frontier import is_frontier_candidate
 from .records import Record
@@ -71,7 +71,7 @@ Rows = list[tuple[tuple[Any, ...], Record]]
 
 def _query(rows_fn: Callable[[State, CommandContext], Rows]) -> Callable[..., tuple[Record, State]]:
     def run(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-        limit, after = page_args(ctx, args, ctx.command)
+        limit, after = check_page(ctx, args, ctx.command)
         rows = [row for key, row in rows_fn(state, ctx) if after is None or key > after]
         page = rows[:limit]
         result: Record = {"candidates": page, "truncated": len(rows) > limit}

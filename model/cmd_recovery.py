@@ -5,30 +5,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import messages as M
 from . import tables as T
-from .cmd_arguments import command_args
+from .arguments import check_arguments
 from .cmd_context import CommandContext, ceiling, put_attempt, put_lease, put_mutation, put_run
 from .cmd_loads import clock_floor, load_attempt
 from .errors import QlwfError
 from .records import ATTEMPT_KEYS, Record, canonical
 from .recovery import build_task_recovery
 from .state import State, StateWriter
-from .values import is_portable_id
 
 
 def recover_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "evidence"))
-    ctx.require(is_portable_id(args["attemptId"]), "attemptId must be a PORTABLE_ID")
-    ctx.require(args["evidence"] in T.RECOVERY_EVIDENCE, "evidence must be not_running, running or unknown")
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, lease, run = la.attempt, la.lease, la.loaded.run
     if a["status"] not in T.ACTIVE_ATTEMPT:
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if lease is None or lease["status"] != "leased":
-        raise ctx.conflict("not_leased", "the attempt holds no leased lease")
+        raise ctx.conflict("not_leased", M.NOT_LEASED)
     if lease["expiresAtMs"] > ctx.now:
-        raise ctx.conflict("lease_live", "the lease has not expired")
+        raise ctx.conflict("lease_live", M.LEASE_LIVE)
     if a["status"] == "claimed":
         reason = "unstarted_claim_expired"
     elif args["evidence"] == "running":

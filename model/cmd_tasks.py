@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import messages as M
 from . import tables as T
+from .arguments import check_arguments
 from .attempts import build_loaded_task_attempt_admission
-from .cmd_arguments import command_args
 from .cmd_context import CommandContext, ceiling, put_attempt, put_run
 from .cmd_loads import clock_floor, load_run, load_step
-from .errors import InvalidRaiser, QlwfError
+from .errors import QlwfError
 from .records import Record, binding_plan_problem, normalize_binding
 from .state import State, StateWriter
-from .values import is_identifier, is_portable_id
 
 
 def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("runId", "stepRunId", "binding"))
-    ctx.require(is_portable_id(args["runId"]) and is_identifier(args["stepRunId"]), "runId/stepRunId invalid")
-    binding = normalize_binding(args["binding"], InvalidRaiser(ctx.family.invalid or "", "argument_invalid"))
+    check_arguments(ctx, args, ctx.now)
+    binding = normalize_binding(args["binding"], ctx.argument_raiser())
     loaded = load_run(state, ctx, args["runId"])
     run = loaded.run
     step = load_step(state, ctx, loaded, args["stepRunId"])
@@ -27,26 +26,26 @@ def admit_task_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Re
                      == (run["id"], step["id"], step["version"])), None)
     if existing is not None:
         if existing["stepRunDigest"] != step["stepRunDigest"]:
-            raise ctx.unavailable("receipt_drift", "receipt epoch digest differs from the StepRun")
+            raise ctx.unavailable("receipt_drift", M.RECEIPT_EPOCH_DRIFT)
         if any(existing[k] != binding[k] for k in binding):
-            raise ctx.conflict("binding_mismatch", "this epoch was admitted with another binding")
+            raise ctx.conflict("binding_mismatch", M.BINDING_MISMATCH)
         ctx.fire(T.decision("task_admission.replay").id)
         return {"status": "existing", "receipt": existing, "attempt": state.attempts[existing["attemptId"]]}, state
     if step["status"] != "ready":
-        raise ctx.conflict("step_not_ready", f"StepRun {step['id']} is {step['status']}")
+        raise ctx.conflict("step_not_ready", M.step_is(step["id"], step["status"]))
     plan_step = next(p for p in loaded.plan["steps"] if p["stepRunId"] == step["id"])
     problem = binding_plan_problem(binding, loaded.plan, plan_step)
     if problem:
         raise ctx.invalid("binding_inconsistent", problem)
     if run["status"] != "running":
-        raise ctx.conflict("run_not_running", f"Run is {run['status']}")
+        raise ctx.conflict("run_not_running", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise ctx.conflict("cancellation_requested", "the Run has cancel intent")
+        raise ctx.conflict("cancellation_requested", M.CANCEL_INTENT)
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise ctx.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise ctx.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     n = 1 + max((a["attempt"] for a in state.attempts_of_run(run["id"])), default=0)
     if n > T.MAX_RUN_ATTEMPTS:
-        raise ctx.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
+        raise ctx.conflict("attempt_numbers_exhausted", M.ATTEMPT_NUMBERS_EXHAUSTED)
     clock_floor(state, ctx, run["id"], [])
     try:
         b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step,

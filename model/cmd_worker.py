@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from . import ids
+from . import messages as M
 from . import tables as T
+from .arguments import check_arguments
 from .attempts import completion_status, fence_problem, lease_is_live
-from .cmd_arguments import command_args, worker_args
 from .cmd_context import (
     CommandContext,
     RunCounter,
@@ -27,7 +28,6 @@ from .errors import QlwfError
 from .records import ATTEMPT_KEYS, ATTEMPT_LEASE_KEYS, LEASE_KEYS, Record, canonical, make_event
 from .state import State, StateWriter
 from .steprun import transition_step_run_mutation
-from .values import INT31_MAX, SAFE_INT_MAX, is_int_in
 
 
 def _attempt_event(la: LoadedAttempt, counter: RunCounter, kind: str, generation: int, type_: str,
@@ -57,8 +57,7 @@ def _mutate(ctx: CommandContext, tx: StateWriter, counter: RunCounter, step: Rec
 
 
 def claim_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "durationMs"))
-    worker_args(ctx, args)
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run, lease = la.attempt, la.loaded.run, la.lease
@@ -111,7 +110,7 @@ def claim_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, S
 def _fence(ctx: CommandContext, la: LoadedAttempt, args: dict[str, Any]) -> None:
     problem = fence_problem(la.lease, args["workerId"], args["leaseGeneration"], ctx.now)
     if problem:
-        raise ctx.conflict(problem, f"lease fence failed for {la.attempt['id']}")
+        raise ctx.conflict(problem, M.fence_failed(la.attempt["id"]))
 
 
 def _same_holder(lease: Record | None, args: dict[str, Any]) -> bool:
@@ -125,15 +124,14 @@ def _timeout_requested(state: State, attempt: Record) -> bool:
 
 
 def renew_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "durationMs"))
-    worker_args(ctx, args)
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     _fence(ctx, la, args)
     a, run, lease = la.attempt, la.loaded.run, la.lease
     assert lease is not None
     if a["status"] not in T.ACTIVE_ATTEMPT:
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     now = ctx.now
     new_lease = lease | {"version": lease["version"] + 1, "renewedAtMs": now,
                          "expiresAtMs": now + args["durationMs"], "updatedAtMs": now}
@@ -170,9 +168,7 @@ def renew_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, S
 
 
 def release_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "reason"))
-    worker_args(ctx, args)
-    ctx.require(args["reason"] in T.WORKER_RELEASE_REASONS, "reason must be a worker release reason")
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run, lease = la.attempt, la.loaded.run, la.lease
@@ -180,11 +176,11 @@ def release_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record,
         if lease["releaseReason"] == args["reason"]:
             ctx.fire(T.decision("release.replay").id)
             return {"status": "already_released", "lease": lease}, state
-        raise ctx.conflict("replay_mismatch", "the lease was released with another reason")
+        raise ctx.conflict("replay_mismatch", M.RELEASED_OTHERWISE)
     _fence(ctx, la, args)
     assert lease is not None
     if a["status"] != "claimed":
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     now = ctx.now
     new_lease = lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
                          "releaseReason": args["reason"],
@@ -205,11 +201,8 @@ def release_lease(state: State, ctx: CommandContext, args: Any) -> tuple[Record,
 
 
 def start_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "timeoutMs"))
-    worker_args(ctx, args)
+    check_arguments(ctx, args, ctx.now)
     timeout = args["timeoutMs"]
-    ctx.require(timeout is None or is_int_in(timeout, 1, INT31_MAX), "timeoutMs must be null or 1..2147483647")
-    ctx.require(timeout is None or ctx.now + timeout <= SAFE_INT_MAX, "deadline exceeds the timestamp range")
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run = la.attempt, la.loaded.run
@@ -218,13 +211,13 @@ def start_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record,
         return {"status": f"already_{a['status']}", "attempt": a}, state
     _fence(ctx, la, args)
     if a["status"] != "claimed":
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if run["status"] != "running":
-        raise ctx.conflict("run_state_mismatch", f"Run is {run['status']}")
+        raise ctx.conflict("run_state_mismatch", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise ctx.conflict("cancellation_requested", "the Run has cancel intent")
+        raise ctx.conflict("cancellation_requested", M.CANCEL_INTENT)
     if not at_epoch(la.step, la.receipt):
-        raise ctx.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise ctx.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     ceiling(ctx, run["version"] + 1)
     now = ctx.now
     new_attempt = a | {"status": "starting"}
@@ -244,8 +237,7 @@ def start_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record,
 
 
 def record_running(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration"))
-    worker_args(ctx, args)
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     a, run, step = la.attempt, la.loaded.run, la.step
@@ -254,15 +246,15 @@ def record_running(state: State, ctx: CommandContext, args: Any) -> tuple[Record
         return {"status": "already_running", "attempt": a}, state
     _fence(ctx, la, args)
     if a["status"] != "starting":
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if run["status"] != "running":
-        raise ctx.conflict("run_state_mismatch", f"Run is {run['status']}")
+        raise ctx.conflict("run_state_mismatch", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise ctx.conflict("cancellation_requested", "the Run has cancel intent")
+        raise ctx.conflict("cancellation_requested", M.CANCEL_INTENT)
     if not at_epoch(step, la.receipt):
-        raise ctx.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise ctx.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise ctx.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise ctx.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     ceiling(ctx, run["version"] + 2, a["callbackSequence"] + 1)
     now, gen, actor = ctx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     tx = StateWriter(state, now)
@@ -346,8 +338,7 @@ def _terminal_replay(ctx: CommandContext, la: LoadedAttempt, args: dict[str, Any
 
 
 def fail_start(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration"))
-    worker_args(ctx, args)
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     replay = _terminal_replay(ctx, la, args)
@@ -355,18 +346,16 @@ def fail_start(state: State, ctx: CommandContext, args: Any) -> tuple[Record, St
         return replay, state
     _fence(ctx, la, args)
     if la.attempt["status"] != "starting":
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {la.attempt['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(la.attempt["status"]))
     if la.loaded.run["status"] != "running":
-        raise ctx.conflict("run_state_mismatch", f"Run is {la.loaded.run['status']}")
+        raise ctx.conflict("run_state_mismatch", M.run_is(la.loaded.run["status"]))
     if not at_epoch(la.step, la.receipt):
-        raise ctx.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise ctx.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     return _finish(state, ctx, la, args, "fail_start", None)
 
 
 def complete_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Record, State]:
-    command_args(ctx, args, ("attemptId", "workerId", "leaseGeneration", "exitCode"))
-    worker_args(ctx, args)
-    ctx.require(is_int_in(args["exitCode"], -2147483648, 2147483647), "exitCode must be a 32-bit integer")
+    check_arguments(ctx, args, ctx.now)
     la = load_attempt(state, ctx, args["attemptId"])
     clock_floor(state, ctx, la.attempt["runId"], [la.lease])
     replay = _terminal_replay(ctx, la, args)
@@ -375,12 +364,12 @@ def complete_attempt(state: State, ctx: CommandContext, args: Any) -> tuple[Reco
     _fence(ctx, la, args)
     a = la.attempt
     if a["status"] not in ("starting", "running"):
-        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if la.loaded.run["status"] != "running":
-        raise ctx.conflict("run_state_mismatch", f"Run is {la.loaded.run['status']}")
+        raise ctx.conflict("run_state_mismatch", M.run_is(la.loaded.run["status"]))
     if (a["status"] == "starting" and not at_epoch(la.step, la.receipt)) or (
             a["status"] == "running" and not at_running_epoch(la.step, la.receipt)):
-        raise ctx.conflict("stale_execution_authority", "StepRun left the attempt's epoch")
+        raise ctx.conflict("stale_execution_authority", M.LEFT_ATTEMPT_EPOCH)
     if a["status"] == "starting" and la.step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise ctx.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise ctx.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     return _finish(state, ctx, la, args, "complete_attempt", args["exitCode"])

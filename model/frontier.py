@@ -8,6 +8,7 @@ from . import ids
 from . import tables as T
 from .errors import Invalid, InvalidRaiser, QlwfError
 from .records import Record, shared_plan, shared_step_run, topological_keys
+from .rules import explained
 from .steprun import transition_normalized_mutation
 from .values import is_array, is_int, is_object
 
@@ -18,11 +19,13 @@ RUN_SHAPE = (
     ("executionOwner", T.EXECUTION_OWNER), ("status", "running"),
 )
 
-# Rule names reported by --explain, one per decision the pass can take about a StepRun.
-RULE_READY = "frontier.ready: every need succeeded"
-RULE_SKIP = "frontier.skip: a pending-only need chain reaches a blocking step"
-RULE_WAIT = "frontier.wait: an unfinished need keeps the step pending"
-RULE_NOT_PENDING = "frontier.untouched: not pending (the frontier only moves pending steps)"
+# The explanations reported by --explain, one per decision the pass can take about a StepRun: the
+# STEP_PERFORMERS row it fires, or none when the step stays as it is.
+RULE_READY = explained(T.step_row("advance_frontier", "pending", "ready").id, "every need succeeded")
+RULE_SKIP = explained(T.step_row("advance_frontier", "pending", "skipped").id,
+                      "a pending-only need chain reaches a blocking step")
+RULE_WAIT = explained((), "an unfinished need keeps the step pending")
+RULE_NOT_PENDING = explained((), "not pending (the frontier only moves pending steps)")
 
 
 def _check_run(run: Any, plan: Record) -> None:

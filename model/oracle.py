@@ -2,7 +2,8 @@
 
 `consult(fn, input)` answers "what must happen here?" for one ql3 snapshot. Input and output are
 exactly the ql3 contract objects of the spec; explanations are returned separately so the
-resolution itself stays byte-identical to the contract.
+resolution itself stays byte-identical to the contract. Each explanation starts with the id of the
+rule-table row that decided its subject, as the model's commands fire it (model/rules.py `explained`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .errors import Invalid
 from .frontier import resolve_frontier
 from .records import Record
 from .recovery import RECOVERY_FIT, build_task_recovery
+from .rules import explained
 from .steprun import transition_step_run_mutation
 from .values import is_object
 
@@ -44,8 +46,12 @@ def _recover(inp: Any) -> Answer:
     res = build_task_recovery(inp)
     a = inp["attempt"]
     fit = RECOVERY_FIT[(inp["reason"], a["status"])]
-    rule = f"recovery.{inp['reason']}: {a['status']} attempt, StepRun at its {fit.replace('_', ' ')}"
-    explain = {a["id"]: f"{rule} -> attempt lost", inp["stepRun"]["id"]: f"{rule} -> StepRun {res['disposition']}"}
+    why = f"{inp['reason']} for a {a['status']} attempt, StepRun at its {fit.replace('_', ' ')}"
+    attempt_row = T.attempt_row("recover_attempt", a["status"], "lost").id
+    step_rows = tuple(T.step_row("recover_attempt", m["previousStatus"], m["stepRun"]["status"]).id
+                      for m in res["stepMutations"])
+    explain = {a["id"]: explained(attempt_row, f"{why} -> attempt lost"),
+               inp["stepRun"]["id"]: explained(step_rows, f"{why} -> StepRun {res['disposition']}")}
     return Answer(res, explain)
 
 
@@ -54,18 +60,18 @@ def _admit_attempt(inp: Any) -> Answer:
     ql3 = is_ql3_admission_input(inp)
     res = build_ql3_task_attempt_admission(inp) if ql3 else build_task_attempt_admission(inp)
     s, r = inp["stepRun"], res["receipt"]
-    why = (f"task_admission: StepRun {s['id']} ready at epoch v{s['version']}, "
-           f"attempt number {res['attempt']['attempt']}")
+    why = f"StepRun {s['id']} ready at epoch v{s['version']}, attempt number {res['attempt']['attempt']}"
     if ql3:
         why += (f"; binding derived from reconciliation item {r['taskId']} ({r['taskRevision']}) "
                 f"and the {r['executorType']} execution revision {r['executionDigest'][:12]}…")
-    return Answer(res, {res["attempt"]["id"]: why})
+    return Answer(res, {res["attempt"]["id"]: explained(T.attempt_row("admit_task_attempt", None, "claimed").id, why)})
 
 
 def _admit_workflow(inp: Any) -> Answer:
     bundle = create_admission_bundle(inp)
-    explain = {m["stepRun"]["id"]: ("admit.ready: no needs" if m["stepRun"]["status"] == "ready"
-                                    else "admit.pending: waits for its needs") for m in bundle["stepMutations"]}
+    explain = {m["stepRun"]["id"]: explained(T.step_row("admit_workflow", None, m["stepRun"]["status"]).id,
+                                             "no needs" if m["stepRun"]["status"] == "ready" else "waits for its needs")
+               for m in bundle["stepMutations"]}
     return Answer(bundle, explain)
 
 
@@ -75,8 +81,9 @@ def _step_transition(inp: Any) -> Answer:
         raise Invalid(T.FAMILIES["step_run"].invalid or "", "step_run_invalid",
                       "step-transition input must be exactly {current, command, context}")
     m = transition_step_run_mutation(inp["current"], inp["command"], inp["context"])
-    return Answer(m, {m["stepRun"]["id"]: f"step.transition: {m['previousStatus']} -> {m['stepRun']['status']} "
-                                          "(state-machines.md §3.1 allows it)"})
+    # a transition by itself, outside any command: no performer row decides it, the graph allows it
+    why = f"step transition {m['previousStatus']} -> {m['stepRun']['status']} (state-machines.md §3.1 allows it)"
+    return Answer(m, {m["stepRun"]["id"]: explained((), why)})
 
 
 FUNCTIONS: dict[str, Callable[[Any], Answer]] = {

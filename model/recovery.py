@@ -37,7 +37,7 @@ RECOVERY_FIT = {
 def build_task_recovery(inp: Any) -> Record:
     fail = RECOVERY_FAIL
     exact_keys(inp, RECOVERY_INPUT_KEYS, (), fail, "task recovery input")
-    try:  # only read here, never part of the result: the exact-input memos may answer (model/memo.py)
+    try:  # only read here, never part of the result: the exact-input memos may answer (model/speedups.py)
         receipt = shared_task_receipt(inp["admission"])
         step_run = shared_step_run(inp["stepRun"])
     except Exception as e:

@@ -13,7 +13,8 @@ from typing import Final
 from . import tables as T
 from .tables import UnknownRule
 
-__all__ = ["UNREACHABLE", "UnknownRule", "is_unreachable", "reachable", "registry", "require"]
+__all__ = ["NO_ROW", "UNREACHABLE", "UnknownRule", "explained", "explained_rows", "is_unreachable", "reachable",
+           "registry", "require"]
 
 
 def registry() -> dict[str, str]:
@@ -41,6 +42,26 @@ def require(rule_id: str) -> str:
         if rule_id not in _KNOWN:
             raise UnknownRule(f"no table has a row {rule_id!r}")
     return rule_id
+
+
+# --- explanations (the oracle's --explain; resolve_frontier's and resolve_cancellation's `explain`) ---
+# An explanation starts with the id of the table row that decided its subject (several, in the order
+# they fired, when one decision moves it twice), then says why: "step:frontier.ready: every need
+# succeeded". A decision no table row makes (the frontier leaving a step pending) starts with NO_ROW.
+NO_ROW: Final = "no row"
+
+
+def explained(rows: str | tuple[str, ...], why: str) -> str:
+    """The explanation of a decision made by the table row(s) `rows` (() for none; UnknownRule for an
+    id of no row)."""
+    ids = (rows,) if isinstance(rows, str) else rows
+    return f"{', '.join(require(r) for r in ids) if ids else NO_ROW}: {why}"
+
+
+def explained_rows(explanation: str) -> tuple[str, ...]:
+    """The row ids an explanation starts with (() for NO_ROW)."""
+    head = explanation.split(": ", 1)[0]
+    return () if head == NO_ROW else tuple(head.split(", "))
 
 
 # --- rows no v1 command can reach, each with the clause that makes it so -------------------------

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .records import Record
+from .records import KIND_KEYS, Record
 
-TABLES = ("admissions", "admissionSteps", "runs", "stepRuns", "mutations", "events", "attempts",
-          "taskReceipts", "leases")
+# The record kinds of a snapshot, in snapshot order: the kinds of the record vocabulary
+# (records.KIND_KEYS), which impl's port reads too (impl/port.py SNAPSHOT_KINDS).
+TABLES: tuple[str, ...] = tuple(KIND_KEYS)
 
 
 @dataclass(frozen=True)

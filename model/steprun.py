@@ -8,9 +8,8 @@ from typing import Any, cast
 from . import tables as T
 from .canonical import digest_bytes, json_digest, plain_canonical_json
 from .errors import Conflict
+from .record_common import _HEX_64, _IDENT_128
 from .records import (
-    _HEX_64,
-    _IDENT_128,
     STEP_FAIL,
     STEP_RUN_KEYS,
     Record,
@@ -22,6 +21,7 @@ from .records import (
     seal_new_step_run,
     shared_step_run,
 )
+from .speedups import context_values_ok, speedups_on
 from .values import (
     INT31_MAX,
     SAFE_INT_MAX,
@@ -149,30 +149,15 @@ def _transition(cur: Record, command: Any) -> Record:
     return seal_built_step_run(nxt, fresh=True)  # nxt is this call's own copy
 
 
-def _context_ok(c: Any) -> bool:
-    """True only if _check_context passes (the same tests inlined, short-circuited, no messages; exact
-    str types before set look-ups, so never more lenient: a False runs _check_context, which decides)."""
-    if not (type(c) is dict and c.keys() == _CONTEXT_KEYSET):
-        return False
-    version, sequence, event_id, dedupe_key, actor = _CONTEXT_VALUES(c)
-    return (type(version) is int and 0 <= version <= INT31_MAX and type(sequence) is int and 0 <= sequence <= INT31_MAX
-            and type(event_id) is str and _IDENT_128(event_id) is not None
-            and (dedupe_key is event_id or (type(dedupe_key) is str and _IDENT_128(dedupe_key) is not None))
-            and type(actor) is dict and type(actor.get("type")) is str and actor["type"] in _ACTOR_TYPE_SET
-            and (len(actor) == 1 or (len(actor) == 2 and type(actor.get("id")) is str
-                                     and _IDENT_128(actor["id"]) is not None)))
-
-
 _CONTEXT_KEYSET = frozenset(CONTEXT_KEYS)
 _CONTEXT_VALUES = operator.itemgetter(*CONTEXT_KEYS)
-_ACTOR_TYPE_SET = frozenset(T.ACTOR_TYPES)
-
 
 
 def _check_context(context: Any) -> Record:
     """records.md §6.5 "Mutation context": exactly its keys, INT31 counters (2147483647 included: only a
     counter above it fails, frontier.md §4.2, as in ql3; docs/divergences.md), an actor."""
-    if _context_ok(context):
+    if (speedups_on() and type(context) is dict and context.keys() == _CONTEXT_KEYSET
+            and context_values_ok(_CONTEXT_VALUES(context))):  # every check at once (model/speedups.py)
         return cast(Record, context)
     fail = STEP_FAIL
     exact_keys(context, CONTEXT_KEYS, (), fail, "mutation context")

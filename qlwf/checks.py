@@ -130,7 +130,7 @@ def _divergence_problem(backend: str, failures: list[LockstepResult]) -> str:
     return f"{len(failures)} trace(s) diverge on {backend}; first: {first.trace}\n{report}"
 
 
-# ---- the backend checks: one per GateEntry of every registered backend (conformance/backends.py) ----
+# ---- the backend checks: one per GateEntry of every registered backend (conformance/backends/) ----
 
 def _conform_kind(backend: str, params: Mapping[str, Any], fail_fast: bool) -> Evidence:
     """The golden corpus (unless `corpus` is False) and seeded generated traces in lockstep with the model."""
@@ -301,6 +301,6 @@ MODEL_CHECKS: list[Check] = [
     Check("proofs", "Z3: invariants, decision tables, LIVE-1, page bounds", proofs),
     Check("explorer", "every reachable state of every small DAG; counts match the manifest", explorer_manifest),
 ]
-# The model's checks, then each registered backend's (conformance/backends.py: GateEntry).
+# The model's checks, then each registered backend's (conformance/backends/: GateEntry).
 CHECKS: list[Check] = MODEL_CHECKS + backend_checks()
 LEGS = tuple(sorted({c.leg for c in CHECKS}))

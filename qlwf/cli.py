@@ -158,8 +158,13 @@ def _install_interrupt_handlers() -> Callable[[], None]:
     return restore
 
 
+# The servers this process started (conformance/provision/servers.py), looked up only if it was imported:
+# a command that never provisioned a server does not import psycopg for its cleanup.
+SERVERS_MODULE = "qlwf.conformance.provision.servers"
+
+
 def _servers_running() -> frozenset[int]:
-    server = sys.modules.get("qlwf.impl.postgres.server")
+    server = sys.modules.get(SERVERS_MODULE)
     return server.live_servers() if server is not None else frozenset()
 
 
@@ -168,7 +173,7 @@ def _stop_servers(keep: frozenset[int] = frozenset()) -> str:
     `keep` were running before the command (an in-process caller's, e.g. a test session's)."""
     for child in multiprocessing.active_children():  # terminated by the handler; their databases go below
         child.join(10)
-    server = sys.modules.get("qlwf.impl.postgres.server")
+    server = sys.modules.get(SERVERS_MODULE)
     try:
         if server is not None:
             server.stop_all(keep)

@@ -27,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     skip = frozenset(args.skip or ())
     if "postgres" not in skip and (args.self_test or any(c.leg == "postgres" for c in selected)):
-        from qlwf.impl.postgres.dsn import check_dsn_env
-        from qlwf.impl.postgres.server import PostgresUnavailable
+        from qlwf.impl.postgres.dsn import PostgresUnavailable, check_dsn_env
 
         try:  # a configured but broken server is a usage error, not an unknown per check or a traceback
             check_dsn_env()

@@ -39,7 +39,7 @@ def _load_the_checkouts_modules() -> None:
     docs/ and examples/ (under names of their own; the constants are the file's, whatever the name)."""
     import importlib.util
 
-    from qlwf.conformance.stateful.machine import load_every_module
+    from qlwf.preload import load_every_module
 
     load_every_module()
     repo = Path(__file__).resolve().parent.parent
@@ -98,9 +98,9 @@ def pg_server() -> Iterator[Any]:
     Without binaries and without QLWF_PG_DSN the tests skip with one clear message, except under
     CI=true, where that is a failure. The server is also the one the `postgres` conformance backend uses.
     """
-    from qlwf.impl.postgres.conformance import shared_server, stop_shared_server
+    from qlwf.conformance.backends.postgres import shared_server, stop_shared_server
+    from qlwf.conformance.provision import PostgresUnavailable
     from qlwf.impl.postgres.dsn import check_dsn_env
-    from qlwf.impl.postgres.server import PostgresUnavailable
     from support.postgres_leg import missing
 
     try:
@@ -116,7 +116,7 @@ def pg_server() -> Iterator[Any]:
 def pg_durable() -> Iterator[Any]:
     """A private throwaway cluster with durability on (fsync, synchronous_commit), for the tests that
     crash, stop and restart a server; never the shared one. Skips (fails under CI) without binaries."""
-    from qlwf.impl.postgres.server import PostgresUnavailable, ThrowawayCluster
+    from qlwf.conformance.provision import PostgresUnavailable, ThrowawayCluster
     from support.postgres_leg import missing
 
     try:

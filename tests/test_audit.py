@@ -22,12 +22,12 @@ import psycopg
 import pytest
 from qlwf.conformance import plans, runner
 from qlwf.conformance.audit import RunAudit, audit_snapshot
+from qlwf.conformance.backends.postgres import PostgresBackend
 from qlwf.conformance.lockstep import run_lockstep
 from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.provision import PgServer, unique_database_name
 from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
-from qlwf.impl.postgres.conformance import PostgresBackend
-from qlwf.impl.postgres.server import PgServer, unique_database_name
 from qlwf.impl.readonly import UnreadableDatabase
 from qlwf.impl.sqlite import readonly as sqlite_readonly
 from qlwf.impl.sqlite.adapter import SqliteAdapter

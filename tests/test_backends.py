@@ -1,4 +1,4 @@
-"""The backend-parametrised suite: every registered backend (conformance/backends.py), and each
+"""The backend-parametrised suite: every registered backend (conformance/backends/), and each
 capability it declares, checked the same way. A backend registered by a plugin module
 (QLWF_BACKEND_MODULES) is collected too; tests/test_architecture.py runs this file that way.
 
@@ -148,8 +148,8 @@ def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ci: str) -> None:
     """No binaries and no QLWF_PG_DSN: `qlwf conform` says so in one line (exit 2); the suite's verdict
     is skip locally and fail under CI=true, with the provisioner's message."""
-    from qlwf.impl.postgres import conformance
-    from qlwf.impl.postgres.server import PostgresUnavailable
+    from qlwf.conformance.backends import postgres
+    from qlwf.conformance.provision import PostgresUnavailable
 
     from qlwf import cli
 
@@ -158,7 +158,7 @@ def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
 
     monkeypatch.delenv("QLWF_PG_DSN", raising=False)
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr(conformance, "shared_server", unavailable)
+    monkeypatch.setattr(postgres, "shared_server", unavailable)
     spec = backends.get("postgres")
     with pytest.raises(BackendUnavailable, match="no PostgreSQL binaries") as info, spec.provisioner.guard():
         spec.provisioner.prepare()

@@ -270,7 +270,7 @@ class Backend:
 
 @pytest.fixture(scope="module")
 def pg_backend(pg_server: Any) -> Iterator[Any]:
-    from qlwf.impl.postgres.conformance import PostgresBackend
+    from qlwf.conformance.backends.postgres import PostgresBackend
 
     factory = PostgresBackend(pool_size=1)
     yield factory

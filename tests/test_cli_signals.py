@@ -43,7 +43,7 @@ def test_interrupt_returns_its_code_and_restores_the_process(
 def test_an_interrupted_in_process_main_keeps_the_callers_servers(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Only servers the command started are torn down: a test session's cluster survives."""
-    from qlwf.impl.postgres import server
+    from qlwf.conformance.provision import servers
 
     stopped: list[str] = []
 
@@ -53,13 +53,13 @@ def test_an_interrupted_in_process_main_keeps_the_callers_servers(
 
         def stop(self) -> None:
             stopped.append(self.name)
-            server._unregister(self)  # type: ignore[arg-type]
+            servers.unregister(self)  # type: ignore[arg-type]
 
     callers = Fake("caller's")
-    server._register(callers)  # type: ignore[arg-type]
+    servers.register(callers)  # type: ignore[arg-type]
 
     def command(args: argparse.Namespace) -> int:
-        server._register(Fake("command's"))  # type: ignore[arg-type]
+        servers.register(Fake("command's"))  # type: ignore[arg-type]
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
         return 0
@@ -71,7 +71,7 @@ def test_an_interrupted_in_process_main_keeps_the_callers_servers(
         assert cli.main([]) == 128 + signal.SIGTERM
         assert stopped == ["command's"]
     finally:
-        server._unregister(callers)  # type: ignore[arg-type]
+        servers.unregister(callers)  # type: ignore[arg-type]
     capsys.readouterr()
 
 

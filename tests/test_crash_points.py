@@ -8,7 +8,7 @@ import re
 import pytest
 from qlwf.conformance import runner
 from qlwf.conformance.crash_points import DOC, measure_trace, trace_row
-from qlwf.impl.postgres.server import PgServer
+from qlwf.conformance.provision import PgServer
 from qlwf.model import tables as T
 
 pytestmark = pytest.mark.postgres

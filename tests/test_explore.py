@@ -15,6 +15,7 @@ import networkx as nx
 import pytest
 from qlwf.conformance.checkers import explore as E
 from qlwf.model import invariants as I
+from qlwf.model import speedups
 from qlwf.model.state import State
 from qlwf.model.system import apply
 from support.explored import explored, load_manifest
@@ -179,17 +180,17 @@ def test_liveness_memo_keeps_only_passing_verdicts_and_the_cross_check_catches_a
 
 
 def test_the_cross_check_reports_a_reuse_that_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = I._reused
+    real = speedups.reused
     calls = Counter[str]()
 
     def stale_lease_shape(kind: str, inputs: tuple[Any, ...], compute: Any) -> Any:
         # a reuse that answers from the wrong record: the second lease checked inherits a planted problem
         calls[kind] += 1
-        if kind == "lease" and I._REUSE.get() is not None and calls[kind] > 1:
+        if kind == "lease" and speedups._REUSE.get() is not None and calls[kind] > 1:
             return "planted stale answer"
         return real(kind, inputs, compute)
 
-    monkeypatch.setattr(I, "_reused", stale_lease_shape)
+    monkeypatch.setattr(speedups, "reused", stale_lease_shape)
     shape = E.dag_shapes(1)[0]
     plain = E.explore(E.Config(max_steps=1, max_depth=4, shapes=(shape,)))
     crossed = E.explore(E.Config(max_steps=1, max_depth=4, shapes=(shape,), cross_check=True))

@@ -158,13 +158,13 @@ def test_proofs_with_a_partial_property_list_are_unknown(monkeypatch: pytest.Mon
 def test_a_missing_postgres_server_is_unknown(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
     """Every check of the postgres leg, through the registry's provisioner: no evidence, and under CI
     the message says the machine must provide PostgreSQL."""
-    from qlwf.impl.postgres import conformance
-    from qlwf.impl.postgres.server import PostgresUnavailable
+    from qlwf.conformance.backends import postgres
+    from qlwf.conformance.provision import PostgresUnavailable
 
     def unavailable() -> None:
         raise PostgresUnavailable("no binaries")
 
-    monkeypatch.setattr(conformance, "shared_server", unavailable)
+    monkeypatch.setattr(postgres, "shared_server", unavailable)
     monkeypatch.setenv("CI", ci)
     leg = [c for c in checks.CHECKS if c.leg == "postgres"]
     assert [c.name for c in leg] == ["conform-postgres", "concurrency-postgres", "faults-postgres"]

@@ -199,7 +199,7 @@ def test_invariants_are_reused_only_on_the_same_snapshot_at_the_same_clock() -> 
 
 @pytest.mark.postgres
 def test_postgres_partial_snapshots_and_verdicts_equal_the_full_comparison(pg_server: Any) -> None:
-    from qlwf.impl.postgres.conformance import PostgresBackend
+    from qlwf.conformance.backends.postgres import PostgresBackend
 
     factory = PostgresBackend()
     try:

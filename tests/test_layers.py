@@ -1,63 +1,244 @@
-"""The layering of docs/architecture.md, read off the import statements: the model imports nothing of
-qlwf outside itself, impl does not use the model's checkers, and those checkers live outside the model."""
+"""The layers of docs/architecture.md, read off the import graph (tests/support/import_graph.py).
+
+`LAYERS` below is the contract, in one place: each layer (a package of pyproject.toml's package-dir)
+and the other layers it may import. It is an allow-list without exemptions, checked over every import
+of every module — module-level, function-local, inside `if TYPE_CHECKING:`, and loaded by name
+(`importlib.import_module`, `sys.modules`, "module:attribute" registry targets, `python -m` command
+lines, `load_script` of a repository script, whose own imports count as its loader's). The
+import graph has no cycle either (imports inside `if TYPE_CHECKING:` never run and are left out of
+that check). docs/architecture.md's layer table states the same contract; a test compares them.
+"""
 
 from __future__ import annotations
 
-import ast
+import itertools
+import re
 from pathlib import Path
 
 import pytest
+from support.import_graph import (
+    REPO,
+    Graph,
+    Import,
+    cycles,
+    declared_packages,
+    discover,
+    imports_of,
+    package_dirs,
+    scan,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-# directory -> package name, as pyproject.toml's package-dir lays them out
-PACKAGES = {"model": "qlwf.model", "impl": "qlwf.impl"}
-FORBIDDEN = {
-    "model": ("qlwf.impl", "qlwf.proofs", "qlwf.conformance", "qlwf.cli", "qlwf.checks", "qlwf.gate", "qlwf.cmd_"),
-    # impl/postgres/conformance.py is the backend's provisioner and uses the registry's types; the
-    # checkers (and the record vocabulary they once held, KIND_KEYS) are not for impl
-    "impl": ("qlwf.conformance.checkers", "qlwf.proofs"),
+# layer -> the other layers it may import (every layer may import itself). The application, `qlwf`
+# (the CLI, the gate, campaigns), is every module of the distribution outside the other four.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "qlwf.model": (),
+    "qlwf.proofs": ("qlwf.model",),
+    "qlwf.impl": ("qlwf.model",),
+    "qlwf.conformance": ("qlwf.model", "qlwf.impl", "qlwf.proofs"),
+    "qlwf": ("qlwf.model", "qlwf.proofs", "qlwf.impl", "qlwf.conformance"),
 }
-CHECKERS = {"explore.py", "liveness.py", "replay.py"}
+
+# Calls that load a module by a name the scanner cannot evaluate, each with where the names it loads
+# are seen instead (file, the call as written): nothing here loads a module the graph does not show.
+DYNAMIC = {
+    ("conformance/mutants/storage.py", "importlib.import_module(module)"):
+        "the module of a storage mutant; each `code(...)`/`constant(...)` entry names it as a string constant",
+    ("conformance/backends/registry.py", "importlib.import_module(module)"):
+        "a registry target's module; `register(...)` names it as a \"module:attribute\" string constant",
+    ("conformance/backends/__init__.py", "importlib.import_module(module)"):
+        "QLWF_BACKEND_MODULES: plugins from outside the distribution (a test's throwaway backend)",
+    ("qlwf/preload.py", "importlib.import_module(module.name)"):
+        "every module of the distribution (Hypothesis's constants, decisions Q-113): the application may",
+    ("qlwf/checks.py", "sys.modules[name]"):
+        "load_script's own bookkeeping of the script it loads (each load_script call is an edge)",
+}
 
 
-def imported_modules(source: str, module: str) -> set[str]:
-    """Every module the source of `module` (dotted name) imports, relative imports resolved."""
-    package = module.split(".")[:-1]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            name = ".".join([*base, *([node.module] if node.module else [])])
-            out |= {name} | {f"{name}.{a.name}" for a in node.names}
+def layer_of(module: str) -> str:
+    """The layer of a module: the deepest package-dir package it lies in."""
+    return max((name for name in LAYERS if module == name or module.startswith(name + ".")), key=len)
+
+
+def violations(graph: Graph) -> list[str]:
+    """Every import against the contract, as `a -> b (file:line)`. A script loaded with load_script
+    runs in its loader: its imports are checked against the loader's layer."""
+    out: list[str] = []
+
+    def check(source: str, edge: Import, via: str, seen: frozenset[str]) -> None:
+        if edge.target in graph.scripts:
+            if edge.target not in seen:
+                for inner in graph.out_of(edge.target):
+                    check(source, inner, f"{via}, in {edge.target} loaded at {edge.where()}", seen | {edge.target})
+            return
+        allowed = {layer_of(source), *LAYERS[layer_of(source)]}
+        if layer_of(edge.target) not in allowed:
+            out.append(f"{source} -> {edge.target} ({edge.where()}{via})")
+
+    for edge in graph.imports:
+        if edge.source not in graph.scripts:
+            check(edge.source, edge, "", frozenset())
+    return sorted(set(out))
+
+
+def described_cycles(graph: Graph) -> list[str]:
+    """Each cycle of runtime imports, every edge as `a -> b (file:line)`."""
+    out = []
+    for cycle in cycles(graph):
+        hops = []
+        for a, b in itertools.pairwise(cycle):
+            edge = next(i for i in graph.imports if i.source == a and i.target == b and not i.type_checking)
+            hops.append(f"{a} -> {b} ({edge.where()})")
+        out.append(" ; ".join(hops))
     return out
 
 
-def module_name(layer: str, path: Path) -> str:
-    rel = path.relative_to(REPO / layer).with_suffix("")
-    return ".".join([PACKAGES[layer], *rel.parts])
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return scan()
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_a_layer_imports_nothing_it_must_not(layer: str) -> None:
-    bad = [(str(p.relative_to(REPO)), m) for p in sorted((REPO / layer).rglob("*.py"))
-           for m in sorted(imported_modules(p.read_text(encoding="utf-8"), module_name(layer, p)))
-           if m.startswith(FORBIDDEN[layer])]
-    assert bad == []
+# ---- the contract -----------------------------------------------------------------------------------------------
+def test_every_import_keeps_to_its_layer(graph: Graph) -> None:
+    bad = violations(graph)
+    assert not bad, "imports outside the layer contract (tests/test_layers.py LAYERS):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize(("source", "module", "expected"), [
-    ("from ..conformance import trace\n", "qlwf.model.x", "qlwf.conformance.trace"),
-    ("from ...conformance.checkers import explore\n", "qlwf.impl.sqlite.x", "qlwf.conformance.checkers.explore"),
-    ("def f():\n    import qlwf.proofs.runner\n", "qlwf.model.x", "qlwf.proofs.runner"),
-    ("from .records import KIND_KEYS\n", "qlwf.model.replay", "qlwf.model.records.KIND_KEYS"),
-])
-def test_the_scan_resolves_back_edges(source: str, module: str, expected: str) -> None:
-    # the layer scan must be able to fail: relative and function-local imports are resolved
-    assert expected in imported_modules(source, module)
+def test_no_module_imports_one_that_imports_it_back(graph: Graph) -> None:
+    found = described_cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_the_whole_distribution(graph: Graph) -> None:
+    """Every module is scanned and the packages on disk are the ones pyproject.toml installs."""
+    assert set(LAYERS) == set(package_dirs()), "a layer per package-dir entry, and no other"
+    _, packages = discover()
+    declared = declared_packages()
+    assert packages <= set(declared), f"packages missing from pyproject.toml: {sorted(packages - set(declared))}"
+    assert {m for m in graph.modules if m.startswith("qlwf.conformance.provision.")} >= {
+        "qlwf.conformance.provision.cluster", "qlwf.conformance.provision.security"}
+    assert len(graph.modules) > 150 and len(graph.imports) > 1500
+    assert graph.scripts.keys() == {"docs/generate.py", "examples/generate.py"}  # load_script in qlwf/
+
+
+def test_every_load_by_name_is_seen_or_accounted_for(graph: Graph) -> None:
+    """A call that loads a module by a name the scan cannot evaluate is one of the reviewed few."""
+    sites = {(where.rpartition(":")[0], text) for where, text in graph.dynamic}
+    assert sites == set(DYNAMIC), f"new: {sorted(sites - set(DYNAMIC))}; gone: {sorted(set(DYNAMIC) - sites)}"
+
+
+def test_impl_is_product_code_only(graph: Graph) -> None:
+    """No throwaway server, backend registry or driver harness under impl/ (they are conformance's)."""
+    back = [i for i in graph.imports if i.source.startswith("qlwf.impl.") and i.target.startswith("qlwf.conformance")]
+    assert not back
+    assert not {"server.py", "conformance.py", "driver.py"} & {p.name for p in (REPO / "impl" / "postgres").iterdir()}
 
 
 def test_the_checkers_are_not_in_the_model() -> None:
-    assert not CHECKERS & {p.name for p in (REPO / "model").iterdir()}
-    assert {p.name for p in (REPO / "conformance" / "checkers").iterdir()} >= CHECKERS
+    checkers = {"explore.py", "liveness.py", "replay.py"}
+    assert not checkers & {p.name for p in (REPO / "model").iterdir()}
+    assert {p.name for p in (REPO / "conformance" / "checkers").iterdir()} >= checkers
+
+
+# ---- docs/architecture.md states the same contract ---------------------------------------------------------------
+def documented_layers() -> dict[str, tuple[str, ...]]:
+    """The layer table of docs/architecture.md: `dir/` -> the layers of its imports column (backticked
+    layer names; "nothing" for none)."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("| layer | what it is | imports |", 1)[1].split("\n\n", 1)[0]
+    by_dir = {str(path.relative_to(REPO)) + "/": name for name, path in package_dirs().items()}
+    out: dict[str, tuple[str, ...]] = {}
+    for row in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        directory = cells[0].strip("`")
+        named = re.findall(r"`([a-z]+)`", cells[-1])
+        out[by_dir[directory]] = tuple(by_dir[f"{n}/"] for n in named)
+    return out
+
+
+def test_the_architecture_doc_states_the_contract() -> None:
+    documented = documented_layers()
+    assert list(documented) == list(LAYERS), "one row per layer, in the contract's order"
+    assert {k: set(v) for k, v in documented.items()} == {k: set(v) for k, v in LAYERS.items()}
+
+
+# ---- the scanner can fail ------------------------------------------------------------------------------------------
+KNOWN = ("qlwf.model", "qlwf.model.records", "qlwf.model.system", "qlwf.conformance", "qlwf.conformance.trace",
+         "qlwf.conformance.checkers", "qlwf.conformance.checkers.explore", "qlwf.proofs", "qlwf.proofs.runner",
+         "qlwf.impl", "qlwf.impl.sqlite", "qlwf.impl.sqlite.x", "qlwf.cli", "qlwf.conformance.provision.servers")
+
+
+def targets(source: str, module: str, *, is_package: bool = False) -> set[tuple[str, str, bool]]:
+    return {(i.target, i.kind, i.type_checking) for i in imports_of(source, module, is_package=is_package, known=KNOWN)}
+
+
+@pytest.mark.parametrize(("source", "module", "expected"), [
+    # relative imports, from a module and from a package's __init__
+    ("from ..conformance import trace\n", "qlwf.model.x", ("qlwf.conformance.trace", "import", False)),
+    ("from ...conformance.checkers import explore\n", "qlwf.impl.sqlite.x", ("qlwf.conformance.checkers.explore",
+                                                                             "import", False)),
+    ("from . import x\n", "qlwf.impl.sqlite", ("qlwf.impl.sqlite.x", "import", False)),
+    ("from .records import KIND_KEYS\n", "qlwf.model.replay", ("qlwf.model.records", "import", False)),
+    ("from qlwf.model import Record\n", "qlwf.impl.y", ("qlwf.model", "import", False)),  # a name, not a module
+    # function-local, and TYPE_CHECKING-only
+    ("def f():\n    import qlwf.proofs.runner\n", "qlwf.model.x", ("qlwf.proofs.runner", "import", False)),
+    ("if TYPE_CHECKING:\n    from qlwf.cli import main\n", "qlwf.model.x", ("qlwf.cli", "import", True)),
+    # loaded by name
+    ("importlib.import_module('qlwf.proofs.runner')\n", "qlwf.model.x", ("qlwf.proofs.runner", "string", False)),
+    ("import_module('.system', __name__)\n", "qlwf.model", ("qlwf.model.system", "string", False)),
+    ("HOMES = {'apply': 'system'}\ndef g(n):\n    home = HOMES.get(n)\n"
+     "    importlib.import_module(f'.{home}', __name__)\n", "qlwf.model", ("qlwf.model.system", "string", False)),
+    ("MODS = ('qlwf.cli',)\nfor m in MODS:\n    importlib.import_module(m)\n", "qlwf.model.x",
+     ("qlwf.cli", "string", False)),
+    ("sys.modules.get('qlwf.conformance.provision.servers')\n", "qlwf.impl.y",
+     ("qlwf.conformance.provision.servers", "string", False)),
+    ("sys.modules['qlwf.cli']\n", "qlwf.model.x", ("qlwf.cli", "string", False)),
+    ("register('x', 'qlwf.conformance.trace:Trace', 'a backend')\n", "qlwf.impl.y",
+     ("qlwf.conformance.trace", "string", False)),
+    ("ARGV = [sys.executable, '-m', 'qlwf.impl.sqlite.x']\n", "qlwf.model.x", ("qlwf.impl.sqlite.x", "string", False)),
+    ("load_script(REPO / 'docs' / 'generate.py', 'g')\n", "qlwf.model.x", ("docs/generate.py", "script", False)),
+])
+def test_the_scan_resolves_every_kind_of_import(source: str, module: str, expected: tuple[str, str, bool]) -> None:
+    assert expected in targets(source, module, is_package=module in ("qlwf.impl.sqlite", "qlwf.model"))
+
+
+def test_the_scan_ignores_what_is_not_a_module_of_the_distribution() -> None:
+    assert targets("import os\nfrom psycopg import sql\nX = 'qlwf.model.nope'\nY = 'qlwf'\n", "qlwf.model.x") == set()
+
+
+def test_a_call_the_scan_cannot_evaluate_is_listed() -> None:
+    graph = Graph({"qlwf.model.x": Path("x.py")}, set())
+    from support import import_graph
+
+    scanner = import_graph._Scanner(graph, REPO, "qlwf.model.x", Path("x.py"), False,
+                                    source="def f(name):\n    importlib.import_module(name)\n")
+    scanner.run()
+    assert graph.dynamic == [("x.py:2", "importlib.import_module(name)")]
+
+
+def _graph(*edges: tuple[str, str, bool]) -> Graph:
+    modules = {m: Path(m) for a, b, _ in edges for m in (a, b) if "/" not in m}
+    return Graph(modules, set(), imports=[Import(a, b, f"{a}.py", n + 1, "import", tc)
+                                          for n, (a, b, tc) in enumerate(edges)])
+
+
+def test_the_contract_check_reports_a_back_edge_with_its_place() -> None:
+    graph = _graph(("qlwf.impl.postgres.x", "qlwf.conformance.backends", False),
+                   ("qlwf.model.y", "qlwf.cli", True),  # TYPE_CHECKING-only imports count for the layers
+                   ("qlwf.conformance.z", "qlwf.impl.port", False))
+    assert violations(graph) == ["qlwf.impl.postgres.x -> qlwf.conformance.backends (qlwf.impl.postgres.x.py:1)",
+                                 "qlwf.model.y -> qlwf.cli (qlwf.model.y.py:2)"]
+
+
+def test_a_script_counts_as_its_loader() -> None:
+    graph = _graph(("qlwf.impl.a", "docs/s.py", False), ("docs/s.py", "qlwf.conformance.trace", False))
+    graph.scripts["docs/s.py"] = Path("docs/s.py")
+    assert violations(graph) == ["qlwf.impl.a -> qlwf.conformance.trace (docs/s.py.py:2, in docs/s.py loaded at "
+                                 "qlwf.impl.a.py:1)"]
+
+
+def test_the_cycle_check_reports_a_cycle_but_not_through_type_checking() -> None:
+    graph = _graph(("qlwf.conformance.a", "qlwf.conformance.b", False),
+                   ("qlwf.conformance.b", "qlwf.conformance.a", False),
+                   ("qlwf.model", "qlwf.model.c", True), ("qlwf.model.c", "qlwf.model", False))
+    assert described_cycles(graph) == ["qlwf.conformance.a -> qlwf.conformance.b (qlwf.conformance.a.py:1) ; "
+                                       "qlwf.conformance.b -> qlwf.conformance.a (qlwf.conformance.b.py:2)"]

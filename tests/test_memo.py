@@ -1,4 +1,4 @@
-"""The exact-input memo (model/memo.py, decisions Q-7): thread-safe, bounded, exact, never raising.
+"""The exact-input memo (model/speedups.py, decisions Q-7): thread-safe, bounded, exact, never raising.
 
 The memo is process-global and used from the PostgreSQL adapter's worker threads; an input it
 cannot key (NaN, infinity, a lone surrogate) must reach the normalizer, which reports its typed
@@ -28,9 +28,9 @@ from model_fixtures import (
     step_run_for,
 )
 from qlwf.model.errors import Invalid, QlwfError
-from qlwf.model.memo import ExactMemo, IdentityMemo, flat_key, text_key, trusting_record_identity
 from qlwf.model.oracle import consult
 from qlwf.model.records import normalize_step_run
+from qlwf.model.speedups import ExactMemo, IdentityMemo, flat_key, text_key, trusting_record_identity
 
 SEED = 20261201
 PLAN = make_plan({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})

@@ -67,14 +67,15 @@ def _replace_once(path: Path, old: str, new: str) -> None:
 def timeout_times_out_pending(repo: Path, performer_row: bool = True) -> None:
     """ADR change: under reason timeout, pending StepRuns become timed_out (instead of cancelled).
     The convergence decision row is the change; the StepRun transition it needs is written into the
-    §3.1 graph too, and the §3.4 performer row follows from the decision table (model/tables.py).
+    §3.1 graph too, and the §3.4 performer row follows from the decision table (model/tables_*.py).
     Without `performer_row` the derivation leaves that move out, so no performer row allows it."""
-    tables = repo / "model" / "tables.py"
-    _replace_once(tables, '("pending", True): _CANCELLED', '("pending", True): _TIMED_OUT')
-    _replace_once(tables, '"pending": frozenset({"ready", "skipped", "cancelled"})',
+    cancellation = repo / "model" / "tables_cancellation.py"
+    state_machines = repo / "model" / "tables_state_machines.py"
+    _replace_once(cancellation, '("pending", True): _CANCELLED', '("pending", True): _TIMED_OUT')
+    _replace_once(state_machines, '"pending": frozenset({"ready", "skipped", "cancelled"})',
                   '"pending": frozenset({"ready", "skipped", "cancelled", "timed_out"})')
     if not performer_row:
-        _replace_once(tables, 'if d.action == "mutate" and d.target is not None}',
+        _replace_once(state_machines, 'if d.action == "mutate" and d.target is not None}',
                       'if d.action == "mutate" and d.target is not None and (s, d.target) != ("pending", "timed_out")}')
 
 
@@ -90,7 +91,7 @@ def pure_refactor(repo: Path) -> None:
     lease = ('def put_lease(tx: StateWriter, lease: Record) -> None:\n'
              '    tx.table("leases")[lease["attemptId"]] = canonical(lease, LEASE_KEYS)\n')
     _replace_once(repo / "model" / "cmd_context.py", attempt + "\n\n" + lease, lease + "\n\n" + attempt)
-    _replace_once(repo / "model" / "tables.py",
+    _replace_once(repo / "model" / "tables_cancellation.py",
                   '("ready", False): _CANCELLED, ("ready", True): _TIMED_OUT,',
                   '("ready", True): _TIMED_OUT, ("ready", False): _CANCELLED,')
 
@@ -99,9 +100,9 @@ def lease_checked_before_attempt_status(repo: Path) -> None:
     """recover_attempt checks the lease before the attempt's status: an ended attempt whose lease
     is no longer leased now reports not_leased instead of attempt_state_mismatch."""
     status = ('    if a["status"] not in T.ACTIVE_ATTEMPT:\n'
-              '        raise ctx.conflict("attempt_state_mismatch", f"attempt is {a[\'status\']}")\n')
+              '        raise ctx.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))\n')
     lease = ('    if lease is None or lease["status"] != "leased":\n'
-             '        raise ctx.conflict("not_leased", "the attempt holds no leased lease")\n')
+             '        raise ctx.conflict("not_leased", M.NOT_LEASED)\n')
     _replace_once(repo / "model" / "cmd_recovery.py", status + lease, lease + status)
 
 

@@ -312,7 +312,7 @@ def test_a_storage_error_in_the_pages_has_more_query_is_unavailable(port: Sqlite
 def test_the_postgres_concurrency_host_counts_one_connection_for_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     """K pooled connections plus the harness's own must fit the server's headroom."""
     from qlwf.conformance import outage
-    from qlwf.impl.postgres.conformance import PostgresConcurrencyHost
+    from qlwf.conformance.backends.postgres import PostgresConcurrencyHost
 
     class Server:
         def dsn(self) -> str:

@@ -9,10 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 from qlwf.conformance import plans
+from qlwf.conformance.backends.postgres import PostgresBackend
+from qlwf.conformance.provision import PgServer
 from qlwf.impl.port import FixedClock
 from qlwf.impl.postgres.adapter import PostgresAdapter
-from qlwf.impl.postgres.conformance import PostgresBackend
-from qlwf.impl.postgres.server import PgServer
 from qlwf.impl.postgres.store import PgStore
 from qlwf.model.errors import QlwfError
 
@@ -68,11 +68,11 @@ def test_a_storage_error_names_its_sqlstate(backend: PostgresBackend) -> None:
     assert "SQLSTATE 53100" in err.value.message
 
 
-# The shared-server lifecycle of impl/postgres/conformance.py, in a process of its own (stopping the
+# The shared-server lifecycle of conformance/backends/postgres.py, in a process of its own (stopping the
 # session's server here would pull it from under the other tests). Survivors P5 and P6.
 _LIFECYCLE = r"""
 import psycopg
-from qlwf.impl.postgres import conformance as c
+from qlwf.conformance.backends import postgres as c
 
 first, owned_first = c.shared_server()  # the main process keeps one server for all its callers
 second, owned_second = c.shared_server()
@@ -93,7 +93,7 @@ def test_the_main_process_shares_one_server_and_stops_it_on_request(
     import subprocess
     import sys
 
-    from qlwf.impl.postgres.server import DSN_ENV, find_pg_bin
+    from qlwf.conformance.provision import DSN_ENV, find_pg_bin
 
     if find_pg_bin() is None:
         pytest.skip("needs the PostgreSQL server binaries (a throwaway cluster of its own)")

@@ -20,13 +20,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from model_fixtures import make_plan, step_run_for
-from qlwf.model import memo as memo_module
+from qlwf.model import record_step_run as RS
 from qlwf.model import records as R
+from qlwf.model import speedups
 from qlwf.model import steprun as S
 from qlwf.model.canonical import canonical_json, id_hash, plain_canonical_json
 from qlwf.model.errors import Invalid, QlwfError
-from qlwf.model.memo import ExactMemo, flat_key, parsed_json_input, text_key
 from qlwf.model.oracle import consult
+from qlwf.model.speedups import ExactMemo, flat_key, parsed_json_input, text_key
 
 from qlwf import cmd_oracle
 
@@ -227,7 +228,7 @@ def distinct_step_runs(n: int) -> list[Any]:
 
 
 def test_a_cold_memo_samples_and_resumes_keying_on_a_hit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memo_module, "COLD_STREAK", 8)
+    monkeypatch.setattr(speedups, "COLD_STREAK", 8)
     calls: list[Any] = []
 
     def counting(x: Any) -> dict[str, Any]:
@@ -240,7 +241,7 @@ def test_a_cold_memo_samples_and_resumes_keying_on_a_hit(monkeypatch: pytest.Mon
         assert memo(x) == R.normalize_step_run(x)
     assert memo.misses_in_a_row == 8 and len(memo) == 8
     stored = inputs[0]
-    results = [memo(copy.deepcopy(stored)) for _ in range(memo_module.SAMPLE_EVERY)]
+    results = [memo(copy.deepcopy(stored)) for _ in range(speedups.SAMPLE_EVERY)]
     assert all(r == R.normalize_step_run(stored) for r in results)  # bypassed or hit: the same record
     assert memo.misses_in_a_row == 0  # the sampled call hit, so every call is keyed again
     before = len(calls)
@@ -249,12 +250,12 @@ def test_a_cold_memo_samples_and_resumes_keying_on_a_hit(monkeypatch: pytest.Mon
 
 
 def test_bypassed_calls_still_fail_with_the_normalizers_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memo_module, "COLD_STREAK", 2)
+    monkeypatch.setattr(speedups, "COLD_STREAK", 2)
     memo = ExactMemo(R.normalize_step_run, 64, key=flat_key)
     for x in distinct_step_runs(3):
         memo(x)
     bad = {**distinct_step_runs(1)[0], "version": True}
-    for _ in range(2 * memo_module.SAMPLE_EVERY):
+    for _ in range(2 * speedups.SAMPLE_EVERY):
         with pytest.raises(Invalid) as e:
             memo(bad)
         assert e.value.message == "StepRun version is invalid"
@@ -270,8 +271,8 @@ ODD_VALUES: list[object] = [None, True, False, 0, 1, -1, 2**31, 2**53, 1.0, "", 
        st.sampled_from(["pending", "ready", "running", "succeeded", "failed"]))
 def test_step_values_check_equals_the_rule_loop(key: str, value: Any, status: str) -> None:
     s = {**step_run_for(PLAN, "b", status, t=2100), key: value}
-    rules = all(rule(s[k]) for k, rule in R._STEP_RULES)
-    assert R._step_values_ok(R._STEP_VALUES(s)) is rules
+    rules = all(rule(s[k]) for k, rule in RS._STEP_RULES)
+    assert speedups.step_values_ok(RS._STEP_VALUES(s)) is rules
 
 
 @given(st.sampled_from((*S.CONTEXT_KEYS, "actor.type", "actor.id", "actor.extra")), st.sampled_from(ODD_VALUES))
@@ -283,11 +284,13 @@ def test_context_check_equals_the_checking_path(key: str, value: Any) -> None:
     else:
         c[key] = value
     try:
-        S._check_context(c)
+        with speedups.plain_model():
+            S._check_context(c)
         passes = True
     except Invalid:
         passes = False
-    assert S._context_ok(c) is passes
+    fused = type(c) is dict and c.keys() == S._CONTEXT_KEYSET and speedups.context_values_ok(S._CONTEXT_VALUES(c))
+    assert fused is passes
 
 
 def test_invariants_of_a_terminal_step_run_without_finished_at_are_still_reported() -> None:

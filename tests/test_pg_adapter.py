@@ -13,13 +13,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from qlwf.conformance import plans
+from qlwf.conformance.backends.postgres import PostgresBackend
 from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.provision import PgServer
 from qlwf.impl.port import CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.postgres import codec
 from qlwf.impl.postgres.adapter import PostgresAdapter
-from qlwf.impl.postgres.conformance import PostgresBackend
 from qlwf.impl.postgres.database import PgDatabase
-from qlwf.impl.postgres.server import PgServer
 from qlwf.impl.postgres.session import PgSession
 from qlwf.impl.postgres.store import PgStore
 from qlwf.model import ids

@@ -15,8 +15,8 @@ from qlwf.conformance import plans
 from qlwf.conformance.concurrency import ConcurrencyConfig, ConcurrencyReport, ScaledClock, concurrency_check
 from qlwf.conformance.concurrency_history import Replay, _run_of, replay_history, split_unseen_runs
 from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.provision import PgServer
 from qlwf.impl.postgres.adapter import TransactionLog
-from qlwf.impl.postgres.server import PgServer
 from qlwf.model.invariants import consistent_binding
 from qlwf.model.records import Record
 from qlwf.model.state import State
@@ -228,7 +228,7 @@ def test_postgres_serializes_a_waiting_read_before_a_plain_renewal(pg_server: Pg
     """The schedule the judge allows for (Q-79), made on purpose: a renewal holds the Run lock; an
     admission replay waits for it, then answers from its earlier snapshot (the attempt before the
     renewal); the history is legal and the judge says so."""
-    from qlwf.impl.postgres.conformance import PostgresConcurrencyStore
+    from qlwf.conformance.backends.postgres import PostgresConcurrencyStore
 
     store = PostgresConcurrencyStore(pg_server)
     log: list[TransactionLog] = []

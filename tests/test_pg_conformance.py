@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 from qlwf.conformance import concurrency_gate, runner
+from qlwf.conformance.backends.postgres import PostgresBackend
 from qlwf.conformance.generators import GeneratorConfig
 from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
-from qlwf.impl.postgres.conformance import PostgresBackend
-from qlwf.impl.postgres.server import PgServer
+from qlwf.conformance.provision import PgServer
 
 from qlwf.cmd_conform import register
 

@@ -10,7 +10,7 @@ import pytest
 from qlwf.conformance import runner
 from qlwf.conformance.lost_commits import with_lost_commits
 from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
-from qlwf.impl.postgres.server import PgServer, ThrowawayCluster
+from qlwf.conformance.provision import PgServer, ThrowawayCluster
 from qlwf.model import tables as T
 
 pytestmark = pytest.mark.postgres

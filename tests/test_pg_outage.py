@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from qlwf.conformance.concurrency import concurrency_check
 from qlwf.conformance.outage import Reachability, StorageUnreachable, connection_headroom
-from qlwf.impl.postgres.server import BIN_ENV, DSN_ENV, PgServer, PostgresStartupError, ThrowawayCluster
+from qlwf.conformance.provision import BIN_ENV, DSN_ENV, PgServer, PostgresStartupError, ThrowawayCluster
 
 from qlwf.cli import main
 
@@ -117,7 +117,7 @@ def test_the_cli_exits_3_when_the_server_goes_away_for_good(cluster: ThrowawayCl
 @pytest.fixture()
 def backend_on(cluster: ThrowawayCluster, monkeypatch: pytest.MonkeyPatch) -> ThrowawayCluster:
     """The `postgres` backend of this process on the test's own cluster (the session's stays untouched)."""
-    from qlwf.impl.postgres import conformance as pg_backend
+    from qlwf.conformance.backends import postgres as pg_backend
 
     monkeypatch.setattr(pg_backend, "shared_server", lambda: (cluster, False))
     return cluster
@@ -226,7 +226,7 @@ def test_a_server_lost_while_a_run_drops_its_store_is_no_verdict(backend_on: Thr
     `qlwf conform` 0.05 s after it connected: the drop's OperationalError escaped the runner, and the CLI
     said "internal error (a bug in qlwf)", exit 70, with a traceback (issue 33). The crash is injected at
     the drop itself here."""
-    from qlwf.impl.postgres import conformance as pg_backend
+    from qlwf.conformance.backends import postgres as pg_backend
 
     shutdown = pg_backend.PostgresBackend.shutdown
     crashed: list[str] = []
@@ -250,7 +250,7 @@ def test_a_server_lost_while_a_run_drops_its_store_is_no_verdict(backend_on: Thr
 def test_a_factory_stops_the_server_it_started_even_when_its_store_cannot_be_dropped() -> None:
     """A pool worker's factory owns the cluster it started: a drop that fails on a dead server must not
     leave that cluster running (the drop's error used to skip the stop)."""
-    from qlwf.impl.postgres.conformance import PostgresBackend
+    from qlwf.conformance.backends.postgres import PostgresBackend
 
     stopped: list[bool] = []
 
@@ -437,8 +437,8 @@ def test_the_window_bounds_the_wait_without_a_server() -> None:
 
 
 def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
+    from qlwf.conformance.backends.postgres import PostgresConcurrencyStore
     from qlwf.conformance.concurrency import _through_outages
-    from qlwf.impl.postgres.conformance import PostgresConcurrencyStore
 
     calls: list[int] = []
 

@@ -13,14 +13,14 @@ from typing import Any
 import psycopg
 import pytest
 from qlwf.conformance import plans
+from qlwf.conformance.backends.postgres import PostgresBackend
+from qlwf.conformance.provision import PgServer
 from qlwf.impl.commands.failures import ConcurrentChange
 from qlwf.impl.port import DatabaseClock, FixedClock
 from qlwf.impl.postgres import wire
 from qlwf.impl.postgres.adapter import PostgresAdapter
-from qlwf.impl.postgres.conformance import PostgresBackend
 from qlwf.impl.postgres.database import PgDatabase
 from qlwf.impl.postgres.rowcache import MISSING
-from qlwf.impl.postgres.server import PgServer
 from qlwf.impl.postgres.session import Boundaries, PgSession
 from qlwf.impl.postgres.store import PgStore
 from qlwf.model import tables as T

@@ -30,10 +30,10 @@ import psycopg
 import pytest
 from psycopg import errors
 from qlwf.conformance import plans
+from qlwf.conformance.provision import PgServer, unique_database_name
 from qlwf.impl.port import FixedClock
 from qlwf.impl.postgres.adapter import PostgresAdapter
 from qlwf.impl.postgres.database import PgDatabase, schema_sql
-from qlwf.impl.postgres.server import PgServer, unique_database_name
 
 pytestmark = pytest.mark.postgres
 

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from qlwf.impl.postgres.server import (
+from qlwf.conformance.provision import (
     UNAVAILABLE_MESSAGE,
     PostgresStartupError,
     ThrowawayCluster,
@@ -98,7 +98,7 @@ def intruder_python(intruder: pwd.struct_passwd) -> Callable[[str], subprocess.C
     candidates = [sys.executable, os.path.realpath(sys.executable), shutil.which(f"python{version}"),
                   f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
     for candidate in dict.fromkeys(c for c in candidates if c):
-        probe = prelude + "import psycopg, qlwf.impl.postgres.server"
+        probe = prelude + "import psycopg, qlwf.conformance.provision"
         if run_as(intruder.pw_name, candidate, "-c", probe).returncode == 0:
             return lambda code: run_as(intruder.pw_name, candidate, "-c", prelude + code, env={"TMPDIR": "/tmp"})
     pytest.skip(f"no Python {version} that {intruder.pw_name} may run can import psycopg and qlwf")
@@ -222,7 +222,7 @@ def test_each_cluster_gets_its_own_password(cluster: ThrowawayCluster) -> None:
 
 NON_ROOT_PROBE = """
 import json, os, stat
-from qlwf.impl.postgres.server import ThrowawayCluster
+from qlwf.conformance.provision import ThrowawayCluster
 with ThrowawayCluster() as c:
     pid = int((c.data_dir / "postmaster.pid").read_text().split()[0])
     uid = int([l for l in open(f"/proc/{pid}/status") if l.startswith("Uid:")][0].split()[1])

@@ -20,12 +20,13 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from qlwf.impl.postgres import server as pg_server_module
-from qlwf.impl.postgres.server import (
+from qlwf.conformance.provision import (
     UNAVAILABLE_MESSAGE,
     PgServer,
     PostgresUnavailable,
     ThrowawayCluster,
+    binaries,
+    external,
     find_pg_bin,
     server_from_env,
     unique_database_name,
@@ -438,7 +439,7 @@ def test_throwaway_cluster_lifecycle() -> None:
 @pytest.mark.postgres
 def test_server_from_env_without_binaries_or_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("QLWF_PG_DSN", raising=False)
-    monkeypatch.setattr(pg_server_module, "find_pg_bin", lambda: None)
+    monkeypatch.setattr(external, "find_pg_bin", lambda: None)
     with pytest.raises(PostgresUnavailable) as info:
         server_from_env()
     assert str(info.value) == UNAVAILABLE_MESSAGE
@@ -725,9 +726,9 @@ def test_administration_tools_are_found_with_or_without_sbin_on_path(monkeypatch
         tool = directory / "qlwf-probe-tool"
         tool.write_text("#!/bin/sh\n")
         tool.chmod(0o755)
-    monkeypatch.setattr(pg_server_module, "_SBIN_DIRS", (str(sbin),))
+    monkeypatch.setattr(binaries, "_SBIN_DIRS", (str(sbin),))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert pg_server_module.system_tool("qlwf-probe-tool") == str(sbin / "qlwf-probe-tool")
+    assert binaries.system_tool("qlwf-probe-tool") == str(sbin / "qlwf-probe-tool")
     monkeypatch.setenv("PATH", str(on_path))
-    assert pg_server_module.system_tool("qlwf-probe-tool") == str(on_path / "qlwf-probe-tool")
-    assert pg_server_module.system_tool("qlwf-no-such-tool") is None
+    assert binaries.system_tool("qlwf-probe-tool") == str(on_path / "qlwf-probe-tool")
+    assert binaries.system_tool("qlwf-no-such-tool") is None

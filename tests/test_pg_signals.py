@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from qlwf.impl.postgres.server import (
+from qlwf.conformance.provision import (
     UNAVAILABLE_MESSAGE,
     ExternalServer,
     ThrowawayCluster,
@@ -177,7 +177,7 @@ def test_sigkill_takes_the_postmaster_along_and_the_next_start_reaps(spawn: Spaw
 # thread ends), so its postmaster outlives a SIGKILLed owner: only the reaper can stop it.
 THREAD_OWNER = """
 import threading, time
-from qlwf.impl.postgres.server import ThrowawayCluster
+from qlwf.conformance.provision import ThrowawayCluster
 threading.Thread(target=lambda: ThrowawayCluster().start()).start()
 time.sleep(300)
 """
@@ -303,7 +303,7 @@ def test_a_killed_runs_database_is_dropped_by_the_next_run(spawn: Spawn, externa
     assert mine not in qlwf_databases(external)
 
 
-NAME_OF_A_DEAD_OWNER = "from qlwf.impl.postgres.server import unique_database_name as u; print(u('qlwf_test'))"
+NAME_OF_A_DEAD_OWNER = "from qlwf.conformance.provision import unique_database_name as u; print(u('qlwf_test'))"
 
 
 def test_only_databases_of_dead_owners_on_this_host_are_reaped(external: ThrowawayCluster) -> None:

@@ -85,7 +85,7 @@ def manifest_shapes() -> dict[str, Any]:
 @pytest.mark.slow
 def test_pending_timeout_is_one_row_and_regenerate(tmp_path: Path) -> None:
     root, env = copy_repository(tmp_path)
-    tables = root / "model" / "tables.py"
+    tables = root / "model" / "tables_cancellation.py"  # CANCEL_STEP_TABLE
     before = tables.read_text(encoding="utf-8")
     assert before.count(OLD_ROW) == 1
     tables.write_text(before.replace(OLD_ROW, NEW_ROW), encoding="utf-8")
@@ -161,4 +161,4 @@ def test_the_checkout_itself_maps_pending_to_cancelled_under_timeout() -> None:
     res = consult("cancel", example).resolution
     assert pending and {m["stepRun"]["status"] for m in res["stepMutations"] if m["stepRun"]["id"] in pending} \
         == {"cancelled"}
-    assert OLD_ROW in (REPO / "model" / "tables.py").read_text(encoding="utf-8")
+    assert OLD_ROW in (REPO / "model" / "tables_cancellation.py").read_text(encoding="utf-8")

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
-from qlwf.model import rules
+from qlwf.conformance import runner
+from qlwf.conformance.trace import model_step
+from qlwf.model import cancellation, cmd_cancel, cmd_frontier, frontier, rules
 from qlwf.model import tables as T
+from qlwf.model.errors import QlwfError
+from qlwf.model.oracle import consult
+from qlwf.model.state import State
 from qlwf.model.system import CommandContext
 from qlwf.model.tables import UnknownRule
 
@@ -100,3 +109,80 @@ def test_recovery_and_step_path_prefixes_come_from_ids() -> None:
     assert {pre for pre, path in STEP_PATH_PREFIXES if path == "recover"} == {
         ids.RECOVERY_PREFIXES[k] for k in ("requeue_mutation", "lost_mutation", "failed_mutation")}
     assert len({pre for pre, _ in STEP_PATH_PREFIXES}) == len(STEP_PATH_PREFIXES)
+
+
+# ------------------------------------------------------------------------------------------------
+# Explanations start with the row that decided their subject
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example_inputs() -> list[tuple[str, Any]]:
+    fns = {"admit-attempt": "admit-attempt", "admit-workflow": "admit-workflow", "cancel": "cancel",
+           "frontier": "frontier", "recover": "recover"}
+    out = [(next(fn for prefix, fn in fns.items() if p.name.startswith(prefix)), json.loads(p.read_text()))
+           for p in sorted(EXAMPLES.glob("*.json"))]
+    batch = [json.loads(line) for line in (EXAMPLES / "batch.jsonl").read_text().splitlines()]
+    return out + [(r["fn"], r["input"]) for r in batch if _resolves(r["fn"], r["input"])]  # not its refusals
+
+
+def _resolves(fn: str, inp: Any) -> bool:
+    try:
+        consult(fn, inp)
+    except QlwfError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("fn", "inp"), _example_inputs())
+def test_every_oracle_explanation_starts_with_rows_of_the_tables(fn: str, inp: Any) -> None:
+    reg = rules.registry()
+    for subject, text in consult(fn, inp).explanation.items():
+        head = text.split(": ", 1)[0]
+        assert head == rules.NO_ROW or all(r in reg for r in rules.explained_rows(text)), (subject, text)
+        assert rules.explained(rules.explained_rows(text), text.split(": ", 1)[1]) == text
+
+
+def test_explained_names_rows_or_none() -> None:
+    assert rules.explained("step:frontier.ready", "why") == "step:frontier.ready: why"
+    assert rules.explained(("step:recover.running_lost", "step:recover.lost_failed"), "why") == \
+        "step:recover.running_lost, step:recover.lost_failed: why"
+    assert rules.explained((), "why") == "no row: why"
+    assert rules.explained_rows("no row: why") == ()
+    with pytest.raises(UnknownRule):
+        rules.explained("frontier.ready", "why")  # a row id has its table's prefix
+
+
+def test_the_commands_fire_the_rows_their_resolutions_explain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """advance_frontier and converge_cancellation fire exactly the rows their pure resolution names in
+    its explanation (the StepRuns it moves, and for convergence every attempt and StepRun it decides)."""
+    seen: list[dict[str, str]] = []
+
+    def capture(resolve: Any) -> Any:
+        def run(snapshot: Any, *, explain: dict[str, str] | None = None) -> Any:
+            explain = {} if explain is None else explain
+            seen.append(explain)
+            return resolve(snapshot, explain=explain)
+        return run
+
+    monkeypatch.setattr(cmd_frontier, "resolve_frontier", capture(frontier.resolve_frontier))
+    monkeypatch.setattr(cmd_cancel, "resolve_cancellation", capture(cancellation.resolve_cancellation))
+    checked = {"advance_frontier": 0, "converge_cancellation": 0}
+    for trace in runner.corpus_traces():
+        state = State(clock=trace.initial_clock)
+        for step in trace.steps:
+            seen.clear()
+            done = model_step(state, step)
+            state = done.state
+            if step["op"] != "command" or step["name"] not in checked or done.outcome is None \
+                    or "error" in done.outcome or done.outcome["ok"]["status"] == "settled":
+                continue
+            (explain,) = seen
+            named = [r for text in explain.values() for r in rules.explained_rows(text)]
+            assert set(named) <= set(done.rules), (trace.name, step, explain, done.rules)
+            if step["name"] == "converge_cancellation":
+                assert len(named) == len(explain)  # every subject is decided by a row
+            else:
+                moved = [r for r in done.rules if r.startswith("step:frontier.")]
+                assert sorted(moved) == sorted(named)
+            checked[step["name"]] += 1
+    assert all(checked.values()), checked

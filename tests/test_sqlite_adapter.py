@@ -26,7 +26,8 @@ from qlwf.model import ids
 from qlwf.model import tables as T
 from qlwf.model.canonical import canonical_text
 from qlwf.model.errors import CommandErrors, QlwfError
-from qlwf.model.state import TABLES
+from qlwf.model.records import KIND_KEYS
+from qlwf.model.state import TABLES, State
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_000_000
@@ -64,7 +65,8 @@ def port() -> Any:
 # ------------------------------------------------------------------------------------------------
 # Port shape and layering
 def test_snapshot_kinds_are_the_models() -> None:
-    assert SNAPSHOT_KINDS == TABLES
+    """Both read the record vocabulary's kinds (model/records.py KIND_KEYS), in the State's snapshot order."""
+    assert SNAPSHOT_KINDS == TABLES == tuple(KIND_KEYS) == tuple(State().snapshot())
 
 
 def test_impl_never_imports_the_whole_system_model() -> None:

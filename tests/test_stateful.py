@@ -10,9 +10,22 @@ qlwf-trace@1 file to $QLWF_TRACE_DIR (default reports/counterexamples/).
 
 from __future__ import annotations
 
-from qlwf.conformance.stateful.machine import COVERAGE, WorkflowMachine, run_machine
+from typing import Any
+
+from hypothesis.stateful import RuleBasedStateMachine
+from qlwf.conformance.stateful import machine as stateful_machine
+from qlwf.conformance.stateful.machine import COVERAGE, WorkflowMachine
+
+from qlwf.preload import load_every_module
 
 __all__ = ["WorkflowMachine", "run_machine"]  # tests/test_mutants.py, tests/test_replay.py, bench/ use them
+
+
+def run_machine(machine: type[RuleBasedStateMachine] = WorkflowMachine, **overrides: Any) -> None:
+    """The machine under the current profile, every module of the distribution loaded first (decisions
+    Q-113; the loading is the application's, qlwf/preload.py, which conformance may not import)."""
+    load_every_module()
+    stateful_machine.run_machine(machine, **overrides)
 
 
 def test_workflow_machine() -> None:
@@ -51,11 +64,13 @@ def test_a_derandomized_run_does_not_depend_on_what_the_process_imported_before(
     program = ("import importlib, json, sys\n"
                "for name in sys.argv[1:]: importlib.import_module(name)\n"
                "from qlwf.conformance.stateful.machine import WorkflowMachine, run_machine\n"
+               "from qlwf.preload import load_every_module\n"
                "steps = []\n"
                "class Counted(WorkflowMachine):\n"
                "    coverage = None\n"
                "    def teardown(self):\n"
                "        steps.append(len(self.steps)); super().teardown()\n"
+               "load_every_module()\n"
                "run_machine(Counted, max_examples=40, stateful_step_count=40, derandomize=True, database=None)\n"
                "print(json.dumps(steps))\n")
     runs = [json.loads(subprocess.run([sys.executable, "-c", program, *imports], capture_output=True, text=True,

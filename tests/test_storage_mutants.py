@@ -42,7 +42,7 @@ def _params() -> list[Any]:
 @pytest.fixture(scope="module")
 def pg_backend(pg_server: Any) -> Iterator[Any]:
     """For the CAS cases on PostgreSQL (tests/test_cas_guards.py asks for it by this name)."""
-    from qlwf.impl.postgres.conformance import PostgresBackend
+    from qlwf.conformance.backends.postgres import PostgresBackend
 
     factory = PostgresBackend(pool_size=1)
     yield factory

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pg: Any = None
     if args.backend == "postgres":
-        from qlwf.impl.postgres.conformance import PostgresBackend
+        from qlwf.conformance.backends.postgres import PostgresBackend
 
         pg = PostgresBackend(pool_size=1)
     try:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from . import model_rules, proof_layer, storage
 from .base import BEHAVIOURAL, CHANGE_DETECTORS, CHECKS, LAYERS, Mutant, NotPlanted, Patcher
+from .model_rules import MUTANTS as MODEL_RULE_MUTANTS
+from .proof_layer import MUTANTS as PROOF_MUTANTS
+from .storage import MUTANTS as STORAGE_MUTANTS
 
 __all__ = ["BEHAVIOURAL", "CHANGE_DETECTORS", "CHECKS", "LAYERS", "MANIFEST", "Mutant", "NotPlanted", "Patcher",
            "by_check", "by_name", "problems"]
 
-MANIFEST: tuple[Mutant, ...] = (*model_rules.MUTANTS, *proof_layer.MUTANTS, *storage.MUTANTS)
+# From the submodules, never through the package (`from . import model_rules`): the package's
+# __init__ re-exports this module, and importing it back would be a cycle.
+MANIFEST: tuple[Mutant, ...] = (*MODEL_RULE_MUTANTS, *PROOF_MUTANTS, *STORAGE_MUTANTS)
 
 
 def problems(mutants: tuple[Mutant, ...] = MANIFEST) -> list[str]:

@@ -18,10 +18,7 @@ qlwf/campaign/); tests/test_stateful.py runs it under the suite's Hypothesis pro
 
 from __future__ import annotations
 
-import functools
-import importlib
 import os
-import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -534,25 +531,8 @@ class WorkflowMachine(RuleBasedStateMachine):
 
 
 def run_machine(machine: type[RuleBasedStateMachine] = WorkflowMachine, **overrides: Any) -> None:
-    """Run the machine under the current profile (HYPOTHESIS_PROFILE), optionally overriding settings."""
-    load_every_module()
+    """Run the machine under the current profile (HYPOTHESIS_PROFILE), optionally overriding settings.
+
+    For the same draws in every process, load every module of the distribution first
+    (`qlwf.preload.load_every_module`, decisions Q-113): the campaign's shard and the test session do."""
     run_state_machine_as_test(machine, settings=settings(settings.default, **overrides))
-
-
-# The distribution's packages (pyproject.toml package-dir).
-PACKAGES = ("qlwf", "qlwf.model", "qlwf.impl", "qlwf.conformance", "qlwf.proofs")
-
-
-@functools.cache
-def load_every_module() -> None:
-    """Import every module of the distribution (once per process).
-
-    Hypothesis mixes into its draws constants it reads from the source of the non-test modules of the
-    checkout that the process has imported so far, so a derandomized or seeded run of the machine drew
-    differently after other code had been imported (a campaign shard after an oracle shard; the suite's
-    stateful test after another test file in the same worker). With every module loaded first, those
-    constants are the same in every process (decisions Q-113)."""
-    for top in PACKAGES:
-        package = importlib.import_module(top)
-        for module in pkgutil.walk_packages(package.__path__, f"{top}."):
-            importlib.import_module(module.name)

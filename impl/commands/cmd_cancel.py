@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from qlwf.model import ids
+from qlwf.model import messages as M
 from qlwf.model import tables as T
 from qlwf.model.cancellation import resolve_cancellation
 from qlwf.model.errors import CommandErrors, QlwfError
@@ -17,7 +18,7 @@ from .store import Store
 
 
 def prepare_request(fail: CommandErrors, args: Any) -> dict[str, Any]:
-    return arguments.cancel_request(fail, args)
+    return arguments.command(fail, args)
 
 
 def lock_request(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
@@ -37,7 +38,7 @@ def request_cancel(tx: StoreTx, args: dict[str, Any]) -> Record:
     if "cancelRequestedAtMs" in run:
         return answer("existing", run)  # whatever the new reason, actor or Run status (S-9)
     if run["status"] != "running":
-        raise fail.conflict("run_terminal", f"Run is {run['status']}")
+        raise fail.conflict("run_terminal", M.run_is(run["status"]))
     tx.ceiling(run["version"] + 1)
     new_run = canonical(run | {"version": run["version"] + 1, "eventSequence": run["eventSequence"] + 1,
                                "cancelRequestedAtMs": now, "cancelReason": args["reason"]}, RUN_KEYS)
@@ -53,7 +54,7 @@ def request_cancel(tx: StoreTx, args: dict[str, Any]) -> Record:
 
 
 def prepare_converge(fail: CommandErrors, args: Any) -> dict[str, Any]:
-    return arguments.run_id(fail, args)
+    return arguments.command(fail, args)
 
 
 def lock_converge(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
@@ -70,10 +71,10 @@ def converge(tx: StoreTx, run_id: str) -> Record:
     loaded = loads.run(run_id)
     run = loaded.run
     if "cancelRequestedAtMs" not in run:
-        raise fail.conflict("not_cancelling", "the Run has no cancel intent")
+        raise fail.conflict("not_cancelling", M.NO_CANCEL_INTENT)
     if run["status"] != "running":
         if run["status"] != T.CANCEL_REASON_TARGET[run["cancelReason"]].status:
-            raise fail.unavailable("terminal_drift", "terminal status disagrees with the cancel reason")
+            raise fail.unavailable("terminal_drift", M.CANCEL_TERMINAL_DRIFT)
         return {"status": "settled", "runId": run["id"], "settledAttempts": 0, "stepMutationCount": 0,
                 "blockedAttemptIds": [], "blockedStepRunIds": [], "terminalStatus": run["status"],
                 "runVersion": run["version"], "runEventSequence": run["eventSequence"], "observedAtMs": now}

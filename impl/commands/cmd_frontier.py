@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qlwf.model import messages as M
 from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.frontier import resolve_frontier
 from qlwf.model.records import Record
@@ -15,7 +16,7 @@ from .store import Store
 
 
 def prepare(fail: CommandErrors, args: Any) -> dict[str, Any]:
-    return arguments.run_id(fail, args)
+    return arguments.command(fail, args)
 
 
 def lock(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
@@ -27,7 +28,7 @@ def run(tx: StoreTx, args: dict[str, Any]) -> Record:
     loaded = tx.loads.run(args["runId"])
     run = loaded.run
     if "cancelRequestedAtMs" in run:
-        raise fail.conflict("cancellation_requested", "the Run has cancel intent")
+        raise fail.conflict("cancellation_requested", M.CANCEL_INTENT)
     steps = tx.loads.steps(loaded)
     tx.loads.clock_floor(run["id"], [], now)
     try:
@@ -39,7 +40,7 @@ def run(tx: StoreTx, args: dict[str, Any]) -> Record:
     mutations = res["stepMutations"]
     if run["status"] != "running":
         if mutations or res["terminalStatus"] != run["status"]:
-            raise fail.unavailable("terminal_drift", "terminal Run does not recompute to its status")
+            raise fail.unavailable("terminal_drift", M.FRONTIER_TERMINAL_DRIFT)
         return {"status": "settled", **base, "stepMutationCount": 0, "readyStepRunIds": [],
                 "terminalStatus": run["status"], "runVersion": run["version"],
                 "runEventSequence": run["eventSequence"], "observedAtMs": now}

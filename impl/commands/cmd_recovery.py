@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qlwf.model import messages as M
 from qlwf.model import tables as T
 from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.records import ATTEMPT_KEYS, LEASE_KEYS, Record, canonical
@@ -16,7 +17,7 @@ from .store import Store
 
 
 def prepare(fail: CommandErrors, args: Any) -> dict[str, Any]:
-    return arguments.recovery(fail, args)
+    return arguments.command(fail, args)
 
 
 def lock(store: Store, fail: CommandErrors, args: dict[str, Any]) -> None:
@@ -29,11 +30,11 @@ def run(tx: StoreTx, args: dict[str, Any]) -> Record:
     tx.loads.clock_floor(la.attempt["runId"], [la.lease], now)
     a, lease, run = la.attempt, la.lease, la.loaded.run
     if a["status"] not in T.ACTIVE_ATTEMPT:
-        raise fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if lease is None or lease["status"] != "leased":
-        raise fail.conflict("not_leased", "the attempt holds no leased lease")
+        raise fail.conflict("not_leased", M.NOT_LEASED)
     if lease["expiresAtMs"] > now:
-        raise fail.conflict("lease_live", "the lease has not expired")
+        raise fail.conflict("lease_live", M.LEASE_LIVE)
     if a["status"] == "claimed":
         reason = "unstarted_claim_expired"  # evidence is not consulted for an unstarted claim
     elif args["evidence"] == "running":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from qlwf.model import messages as M
 from qlwf.model import tables as T
 from qlwf.model.attempts import build_loaded_task_attempt_admission
 from qlwf.model.errors import CommandErrors, QlwfError
@@ -39,25 +40,25 @@ def run(tx: StoreTx, prepared: Prepared) -> Record:
         except ValueError as e:
             raise fail.unavailable("receipt_drift", "stored receipt is not JSON") from e
         if existing.get("stepRunDigest") != step["stepRunDigest"]:
-            raise fail.unavailable("receipt_drift", "receipt epoch digest differs from the StepRun")
+            raise fail.unavailable("receipt_drift", M.RECEIPT_EPOCH_DRIFT)
         if any(existing.get(k) != binding[k] for k in binding):
-            raise fail.conflict("binding_mismatch", "this epoch was admitted with another binding")
+            raise fail.conflict("binding_mismatch", M.BINDING_MISMATCH)
         return {"status": "existing", "receipt": existing, "attempt": store.attempt(existing["attemptId"])}
     if step["status"] != "ready":
-        raise fail.conflict("step_not_ready", f"StepRun {step['id']} is {step['status']}")
+        raise fail.conflict("step_not_ready", M.step_is(step["id"], step["status"]))
     plan_step = next(p for p in loaded.plan["steps"] if p["stepRunId"] == step["id"])
     problem = binding_plan_problem(binding, loaded.plan, plan_step)
     if problem:
         raise fail.invalid("binding_inconsistent", problem)
     if run["status"] != "running":
-        raise fail.conflict("run_not_running", f"Run is {run['status']}")
+        raise fail.conflict("run_not_running", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise fail.conflict("cancellation_requested", "the Run has cancel intent")
+        raise fail.conflict("cancellation_requested", M.CANCEL_INTENT)
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise fail.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise fail.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     n = 1 + store.max_attempt_number(run["id"])
     if n > T.MAX_RUN_ATTEMPTS:
-        raise fail.conflict("attempt_numbers_exhausted", "the Run used all 8192 attempt numbers")
+        raise fail.conflict("attempt_numbers_exhausted", M.ATTEMPT_NUMBERS_EXHAUSTED)
     tx.loads.clock_floor(run["id"], [], now)
     try:
         b = build_loaded_task_attempt_admission({"plan": loaded.plan, "run": run, "stepRun": step,

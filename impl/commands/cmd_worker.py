@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qlwf.model import ids
+from qlwf.model import messages as M
 from qlwf.model import tables as T
 from qlwf.model.attempts import completion_status, fence_problem, lease_is_live
 from qlwf.model.errors import CommandErrors, QlwfError
@@ -21,7 +22,7 @@ Args = dict[str, Any]
 
 
 def prepare(fail: CommandErrors, args: Any) -> Args:
-    return arguments.worker_command(fail, args)
+    return arguments.command(fail, args)
 
 
 def lock(store: Store, fail: CommandErrors, args: Args) -> None:
@@ -29,9 +30,7 @@ def lock(store: Store, fail: CommandErrors, args: Args) -> None:
 
 
 def _load(tx: StoreTx, args: Args) -> LoadedAttempt:
-    arguments.duration_at_now(tx.fail, args, tx.now)
-    if tx.fail.command == "start_attempt":
-        arguments.timeout_at_now(tx.fail, args, tx.now)
+    arguments.at_now(tx.fail, args, tx.now)
     la = tx.loads.attempt(args["attemptId"])
     tx.loads.clock_floor(la.attempt["runId"], [la.lease], tx.now)
     return la
@@ -54,7 +53,7 @@ def _same_holder(lease: Record | None, args: Args) -> bool:
 def _fence(tx: StoreTx, la: LoadedAttempt, args: Args) -> Record:
     problem = fence_problem(la.lease, args["workerId"], args["leaseGeneration"], tx.now)
     if problem:
-        raise tx.fail.conflict(problem, f"lease fence failed for {la.attempt['id']}")
+        raise tx.fail.conflict(problem, M.fence_failed(la.attempt["id"]))
     assert la.lease is not None
     return la.lease
 
@@ -137,7 +136,7 @@ def renew_lease(tx: StoreTx, args: Args) -> Record:
     lease = _fence(tx, la, args)
     a, run, now = la.attempt, la.loaded.run, tx.now
     if a["status"] not in T.ACTIVE_ATTEMPT:
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     new_lease = lease | {"version": lease["version"] + 1, "renewedAtMs": now, "expiresAtMs": now + args["durationMs"],
                          "updatedAtMs": now}
     deadline = a.get("deadlineAtMs")
@@ -174,10 +173,10 @@ def release_lease(tx: StoreTx, args: Args) -> Record:
     if lease is not None and lease["status"] == "released" and _same_holder(lease, args):
         if lease["releaseReason"] == args["reason"]:
             return {"status": "already_released", "lease": lease}
-        raise tx.fail.conflict("replay_mismatch", "the lease was released with another reason")
+        raise tx.fail.conflict("replay_mismatch", M.RELEASED_OTHERWISE)
     lease = _fence(tx, la, args)
     if a["status"] != "claimed":
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     new_lease = canonical(lease | {"status": "released", "version": lease["version"] + 1, "releasedAtMs": now,
                                    "releaseReason": args["reason"], "updatedAtMs": now}, LEASE_KEYS)
     tx.ceiling(new_lease["version"], run["version"] + 1)
@@ -203,13 +202,13 @@ def start_attempt(tx: StoreTx, args: Args) -> Record:
         return {"status": f"already_{a['status']}", "attempt": a}
     _fence(tx, la, args)
     if a["status"] != "claimed":
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if run["status"] != "running":
-        raise tx.fail.conflict("run_state_mismatch", f"Run is {run['status']}")
+        raise tx.fail.conflict("run_state_mismatch", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise tx.fail.conflict("cancellation_requested", "the Run has cancel intent")
+        raise tx.fail.conflict("cancellation_requested", M.CANCEL_INTENT)
     if not _at_epoch(la.step, la.receipt):
-        raise tx.fail.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise tx.fail.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     tx.ceiling(run["version"] + 1)
     new_attempt = a | {"status": "starting"}
     if args["timeoutMs"] is not None:
@@ -236,15 +235,15 @@ def record_running(tx: StoreTx, args: Args) -> Record:
         return {"status": "already_running", "attempt": a}
     _fence(tx, la, args)
     if a["status"] != "starting":
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if run["status"] != "running":
-        raise tx.fail.conflict("run_state_mismatch", f"Run is {run['status']}")
+        raise tx.fail.conflict("run_state_mismatch", M.run_is(run["status"]))
     if "cancelRequestedAtMs" in run:
-        raise tx.fail.conflict("cancellation_requested", "the Run has cancel intent")
+        raise tx.fail.conflict("cancellation_requested", M.CANCEL_INTENT)
     if not _at_epoch(step, la.receipt):
-        raise tx.fail.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise tx.fail.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     if step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise tx.fail.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise tx.fail.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     tx.ceiling(run["version"] + 2, a["callbackSequence"] + 1)
     now, generation, actor = tx.now, args["leaseGeneration"], worker_actor(args["workerId"])
     counter = RunCounter(run)
@@ -281,11 +280,11 @@ def fail_start(tx: StoreTx, args: Args) -> Record:
         return replay
     _fence(tx, la, args)
     if la.attempt["status"] != "starting":
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {la.attempt['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(la.attempt["status"]))
     if la.loaded.run["status"] != "running":
-        raise tx.fail.conflict("run_state_mismatch", f"Run is {la.loaded.run['status']}")
+        raise tx.fail.conflict("run_state_mismatch", M.run_is(la.loaded.run["status"]))
     if not _at_epoch(la.step, la.receipt):
-        raise tx.fail.conflict("stale_execution_authority", "StepRun left the admitted epoch")
+        raise tx.fail.conflict("stale_execution_authority", M.LEFT_ADMITTED_EPOCH)
     return _finish(tx, la, args, "fail_start", None)
 
 
@@ -297,19 +296,19 @@ def complete_attempt(tx: StoreTx, args: Args) -> Record:
     _fence(tx, la, args)
     a = la.attempt
     if a["status"] not in ("starting", "running"):
-        raise tx.fail.conflict("attempt_state_mismatch", f"attempt is {a['status']}")
+        raise tx.fail.conflict("attempt_state_mismatch", M.attempt_is(a["status"]))
     if la.loaded.run["status"] != "running":
-        raise tx.fail.conflict("run_state_mismatch", f"Run is {la.loaded.run['status']}")
+        raise tx.fail.conflict("run_state_mismatch", M.run_is(la.loaded.run["status"]))
     if (a["status"] == "starting" and not _at_epoch(la.step, la.receipt)) or (
             a["status"] == "running" and not _at_running_epoch(la.step, la.receipt)):
-        raise tx.fail.conflict("stale_execution_authority", "StepRun left the attempt's epoch")
+        raise tx.fail.conflict("stale_execution_authority", M.LEFT_ATTEMPT_EPOCH)
     if a["status"] == "starting" and la.step["attemptCount"] >= T.MAX_STEP_RUN_ATTEMPTS:
-        raise tx.fail.conflict("attempts_exhausted", "StepRun attemptCount reached 64")
+        raise tx.fail.conflict("attempts_exhausted", M.ATTEMPTS_EXHAUSTED)
     return _finish(tx, la, args, "complete_attempt", args["exitCode"])
 
 
 def _finish(tx: StoreTx, la: LoadedAttempt, args: Args, command: str, exit_code: int | None) -> Record:
-    """Shared effects of fail_start and complete_attempt (task-attempts.md §7)."""
+    """What fail_start and complete_attempt both write once their checks passed (task-attempts.md §7)."""
     a, run, step, lease = la.attempt, la.loaded.run, la.step, la.lease
     assert lease is not None
     target = completion_status(command, run, a, tx.now, exit_code).status

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from qlwf.model import messages as M
 from qlwf.model.canonical import canonical_text
 from qlwf.model.errors import CommandErrors, QlwfError
 from qlwf.model.integrity import clock_problem, lease_mirror_problem, plan_step_problem, receipt_problem, run_problem
@@ -75,10 +76,10 @@ class Loads:
         fail = self.fail
         run = self.store.run(run_id)
         if run is None:
-            raise fail.conflict("run_missing", f"Run {run_id} does not exist")
+            raise fail.conflict("run_missing", M.run_missing(run_id))
         admissions = self.store.admissions_of_run(run_id)
         if len(admissions) != 1:
-            raise fail.unavailable("admission_drift", f"Run {run_id} has {len(admissions)} admissions")
+            raise fail.unavailable("admission_drift", M.admission_count(run_id, len(admissions)))
         plan, receipt = self.admission(admissions[0], "plan_drift")
         drift = run_problem(run, plan)
         if drift is not None:
@@ -92,7 +93,7 @@ class Loads:
         except (QlwfError, ValueError, TypeError) as e:
             raise self.fail.unavailable(reason, f"stored admission does not normalize: {e}") from e
         if plan["planDigest"] != row["plan_digest"]:
-            raise self.fail.unavailable(reason, "stored planDigest differs from the admission")
+            raise self.fail.unavailable(reason, M.PLAN_DIGEST_DRIFT)
         drifted = [c for c, v in expected.items() if row[c] != v]
         if drifted:
             raise self.fail.unavailable(reason, f"admission columns disagree with plan/receipt: {drifted}")
@@ -102,15 +103,14 @@ class Loads:
     def step(self, loaded: LoadedRun, step_run_id: str) -> Record:
         stored = self.store.step_run(step_run_id)
         if stored is None or stored.record["runId"] != loaded.run["id"]:
-            raise self.fail.conflict("step_missing",
-                                     f"StepRun {step_run_id} of Run {loaded.run['id']} does not exist")
+            raise self.fail.conflict("step_missing", M.step_missing(step_run_id, loaded.run["id"]))
         return self._checked_step(loaded, stored)
 
     def steps(self, loaded: LoadedRun) -> list[Record]:
         """Every StepRun of the Run in (stepKey, id) order, in bijection with the plan steps."""
         stored = self.store.step_runs_of_run(loaded.run["id"])
         if sorted(s.record["id"] for s in stored) != sorted(p["stepRunId"] for p in loaded.plan["steps"]):
-            raise self.fail.unavailable("step_drift", "StepRuns are not in bijection with the plan steps")
+            raise self.fail.unavailable("step_drift", M.STEPS_NOT_PLAN)
         return [self._checked_step(loaded, s) for s in stored]
 
     def _checked_step(self, loaded: LoadedRun, stored: StoredStepRun) -> Record:
@@ -130,7 +130,7 @@ class Loads:
     def attempt(self, attempt_id: str) -> LoadedAttempt:
         attempt = self.store.attempt(attempt_id)
         if attempt is None:
-            raise self.fail.conflict("attempt_missing", f"attempt {attempt_id} does not exist")
+            raise self.fail.conflict("attempt_missing", M.attempt_missing(attempt_id))
         receipt = self.receipt(attempt)
         loaded = self.run(attempt["runId"])
         step = self.step(loaded, attempt["stepRunId"])
@@ -147,7 +147,7 @@ class Loads:
                 raise ValueError("missing")
             r, text = _normalized_task_receipt(row["receipt_json"])
         except (QlwfError, ValueError, TypeError) as e:
-            raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']}: {e}") from e
+            raise fail.unavailable("receipt_drift", M.receipt_problem(attempt["id"], str(e))) from e
         if row["receipt_json"] != text or any(row[snake(k)] != r[k] for k in TASK_RECEIPT_KEYS[1:]):
             raise fail.unavailable("receipt_drift", f"receipt of {attempt['id']} disagrees with its columns")
         drift = receipt_problem(attempt, r)

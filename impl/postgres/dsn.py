@@ -1,4 +1,5 @@
-"""Checking `QLWF_PG_DSN` before any work: a malformed or unreachable DSN is one line, not a traceback."""
+"""`QLWF_PG_DSN`, the existing server to use, checked before any work: a malformed or unreachable DSN
+is one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .server import DSN_ENV, PostgresUnavailable
+DSN_ENV = "QLWF_PG_DSN"
+"""Environment variable naming an existing server to use (instead of a throwaway cluster, for the harness)."""
+
+
+class PostgresUnavailable(RuntimeError):
+    """No server can be provided: the DSN is unusable, or no DSN was configured and no server binaries
+    were found (conformance/provision starts a throwaway cluster from them)."""
+
 
 CONNECT_TIMEOUT_S = 5
 _URI_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@\s]*@")

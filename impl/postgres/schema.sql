@@ -7,7 +7,7 @@
 -- Conventions:
 -- * Every text column uses COLLATE "C", so ORDER BY and keyset comparisons on text are code-point
 --   order (storage.md §1) without per-query COLLATE clauses. Databases are also created with C
---   collation by qlwf.impl.postgres.server, but the schema does not rely on that.
+--   collation by the harness (qlwf.conformance.provision.databases), but the schema does not rely on that.
 -- * Value patterns (records.md §3) as anchored POSIX regexes (PostgreSQL's `$` matches only at
 --   the very end of the string outside newline-sensitive mode):
 --     ID36 (PORTABLE_ID)  ^[A-Za-z0-9][A-Za-z0-9._:-]{0,35}$

@@ -1,7 +1,7 @@
 """Where shards run: a local process pool (the default) or an existing Dask distributed cluster.
 
 Both offer the same four operations to the campaign loop; neither decides anything about results.
-The pool forks, so its workers inherit the parent's PostgreSQL server (impl/postgres/conformance.py)
+The pool forks, so its workers inherit the parent's PostgreSQL server (conformance/backends/postgres.py)
 and any backend registered at run time; Dask workers are separate processes on any host, which get
 everything they need inside the shard.
 """

@@ -202,7 +202,8 @@ def _stateful(shard: Shard, result: ShardResult) -> None:
     from hypothesis import HealthCheck, Phase, seed, settings
     from hypothesis.stateful import get_state_machine_test
 
-    from qlwf.conformance.stateful.machine import WorkflowMachine, load_every_module
+    from qlwf.conformance.stateful.machine import WorkflowMachine
+    from qlwf.preload import load_every_module
 
     load_every_module()  # the same Hypothesis constants in every process (decisions Q-113)
 
