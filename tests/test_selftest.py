@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,24 @@ def test_a_fault_that_ends_first_frees_its_slot_at_once(monkeypatch: pytest.Monk
     results = selftest.self_test(jobs=2)
     assert [r.status for r in results] == ["passed"] * 3, [r.summary for r in results]
     assert results[1].seconds < results[0].seconds  # timed when it ended, not when its turn came
+
+
+@pytest.mark.parametrize("name", ["attempt-id-omits-version", "snapshot-attempt-refuses-executor-handle"])
+def test_the_in_process_model_faults_plant_and_their_check_fails(name: str) -> None:
+    """The two faults planted by assignment into the model: in a child process, the plant takes
+    effect (no NotPlanted) and the owning check fails. A module split that moved what a fault
+    assigns left the fault a no-op, found only by the CI self-test."""
+    program = (
+        "import sys\n"
+        "from qlwf.checks import CHECKS\n"
+        "from qlwf.gate import run_checks\n"
+        "from qlwf.selftest import FAULTS\n"
+        f"fault = next(f for f in FAULTS if f.name == {name!r})\n"
+        "fault.plant()\n"
+        "check = next(c for c in CHECKS if c.name == fault.check)\n"
+        "(result,) = run_checks([check], {'quick': True, 'fail_fast': True}, floors={check.name: {}})\n"
+        "print(result.status, result.summary)\n"
+        "sys.exit(0 if result.status == 'failed' else 1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
