@@ -169,13 +169,11 @@ def _attempt_id_omits_version() -> None:
 def _snapshot_attempt_refuses_executor_handle() -> None:
     """The generic RunAttempt key set without `executorHandle`: a ql3 snapshot attempt that carries one
     is refused, although the model-shaped attempt it stands for resolves."""
-    import importlib
-
+    from qlwf.model import record_attempt as home
     from qlwf.model import records
 
     # Planted where the key set is read (records.py is a facade over one module per record), and
-    # checked through the function that reads it, so a later move is NotPlanted rather than a no-op.
-    home = importlib.import_module(records.foreign_attempt_keys.__module__)
+    # checked through the facade's function, so a later move is NotPlanted rather than a no-op.
     if "executorHandle" not in getattr(home, "GENERIC_ATTEMPT_KEYSET", ()):
         raise NotPlanted(f"{home.__name__}.GENERIC_ATTEMPT_KEYSET has no executorHandle to leave out")
     home.GENERIC_ATTEMPT_KEYSET = home.GENERIC_ATTEMPT_KEYSET - {"executorHandle"}
