@@ -5,7 +5,7 @@ but only these names are kept stable. Names load on first use, so importing one 
 not load the whole system.
 
 The model follows ../shared/spec/ as written; where the spec leaves a choice, its reading is in
-docs/spec-readings.md. It imports nothing of qlwf outside this package.
+docs/spec-readings.md. Layer: model — it imports nothing of qlwf outside this package.
 """
 
 from __future__ import annotations

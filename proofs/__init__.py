@@ -9,4 +9,6 @@ properties   inductiveness;  tables_check: decision tables;  ranking: LIVE-1;  p
 bmc          bounded model checking and replayable traces;  decode: readable states
 driver       seeded random model driver;  crosscheck: encoding ↔ model cross-check
 mutants      mutated tables / disjuncts;  runner: the proof runner used by `qlwf prove` and the tests
+
+Layer: proofs. It may import `qlwf.model` only (the tables and pure functions it encodes).
 """

@@ -38,6 +38,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "qlwf": ("qlwf.model", "qlwf.proofs", "qlwf.impl", "qlwf.conformance"),
 }
 
+# The word each package's docstring uses for its layer ("Layer: conformance", ...).
+LAYER_NAMES = {"qlwf.model": "model", "qlwf.proofs": "proofs", "qlwf.impl": "impl",
+               "qlwf.conformance": "conformance", "qlwf": "application"}
+
 # Calls that load a module by a name the scanner cannot evaluate, each with where the names it loads
 # are seen instead (file, the call as written): nothing here loads a module the graph does not show.
 DYNAMIC = {
@@ -124,6 +128,21 @@ def test_every_load_by_name_is_seen_or_accounted_for(graph: Graph) -> None:
     """A call that loads a module by a name the scan cannot evaluate is one of the reviewed few."""
     sites = {(where.rpartition(":")[0], text) for where, text in graph.dynamic}
     assert sites == set(DYNAMIC), f"new: {sorted(sites - set(DYNAMIC))}; gone: {sorted(set(DYNAMIC) - sites)}"
+
+
+def test_every_package_says_what_it_is_and_its_layer() -> None:
+    """Each room's `__init__` docstring names its layer (docs/architecture.md): a newcomer reads what
+    a package is, and what it may import, where it lives."""
+    import ast
+
+    modules, packages = discover()
+    missing = []
+    for package in sorted(packages):
+        doc = ast.get_docstring(ast.parse(modules[package].read_text(encoding="utf-8"))) or ""
+        layer = LAYER_NAMES[layer_of(package)]
+        if f"Layer: {layer}" not in doc:
+            missing.append(f"{package} ({modules[package].relative_to(REPO)}): no 'Layer: {layer}' in its docstring")
+    assert not missing, "\n".join(missing)
 
 
 def test_impl_is_product_code_only(graph: Graph) -> None:

@@ -11,6 +11,8 @@ Where the mutants live: model_rules (model rules and decision-table rows), proof
 (encodings and proof-side tables, kept next to the encoding it subclasses), storage (impl/commands,
 both adapters' SQL, both schemas). The tests that run them: tests/test_mutants.py (model),
 tests/test_proofs.py (proofs), tests/test_storage_mutants.py (storage).
+
+Layer: conformance (may import `qlwf.model`, `qlwf.impl`, `qlwf.proofs`).
 """
 
 from .manifest import (
