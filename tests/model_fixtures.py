@@ -533,3 +533,16 @@ def tamper_step_exhausted(sim: Sim, attempt_id: str) -> None:
     sim.put("step_runs", s["id"], s)
     r = sim.state.receipts[attempt_id]
     sim.put("receipts", attempt_id, seal_task_receipt({**r, "stepRunDigest": s["stepRunDigest"]}))
+
+
+def cancel_input_of(state: State, run_id: str) -> Record:
+    """The `cancel` oracle input of one Run of a model state: its Run, StepRuns and active attempts
+    (each with its receipt and lease status, by attempt id), at the state's clock; a deep copy."""
+    active = []
+    for a in sorted(state.attempts_of_run(run_id), key=lambda a: a["id"]):
+        if a["status"] in ("claimed", "starting", "running"):
+            lease = state.leases.get(a["id"])
+            active.append({"admission": state.receipts[a["id"]], "attempt": a,
+                           "leaseStatus": lease["status"] if lease else None})
+    return copy.deepcopy({"run": state.runs[run_id], "stepRuns": state.steps_of_run(run_id),
+                          "activeTaskAttempts": active, "observedAtMs": state.clock})

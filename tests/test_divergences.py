@@ -20,6 +20,7 @@ from model_fixtures import (
     LEASE_MS,
     Sim,
     binding_for,
+    cancel_input_of,
     make_plan,
     seal_step_run,
     seal_task_receipt,
@@ -48,15 +49,7 @@ FRONTIER_INVALID = T.FAMILIES["frontier"].invalid
 def cancel_input(stage: str = "claimed", reason: str = "user") -> Record:
     """A `cancel` snapshot of the demo workflow with intent; the fetch attempt driven to `stage`."""
     sc = situation(stage, cancel=reason)
-    s = sc.sim.state
-    active = []
-    for a in sorted(s.attempts_of_run(sc.run_id), key=lambda a: a["id"]):
-        if a["status"] in T.ACTIVE_ATTEMPT:
-            lease = s.leases.get(a["id"])
-            active.append({"admission": s.receipts[a["id"]], "attempt": a,
-                           "leaseStatus": lease["status"] if lease else None})
-    return copy.deepcopy({"run": s.runs[sc.run_id], "stepRuns": s.steps_of_run(sc.run_id),
-                          "activeTaskAttempts": active, "observedAtMs": s.clock})
+    return cancel_input_of(sc.sim.state, sc.run_id)
 
 
 def recover_input(stage: str = "running", cancel: str | None = None) -> Record:

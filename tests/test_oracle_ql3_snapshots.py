@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_fixtures import cancel_input_of
 from qlwf.conformance.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid, QlwfError
@@ -88,15 +89,7 @@ class World:
         return self.w.state
 
     def cancel_snapshot(self) -> Record:
-        s = self.state
-        active = []
-        for a in sorted(s.attempts_of_run(self.run_id), key=lambda a: a["id"]):
-            if a["status"] in T.ACTIVE_ATTEMPT:
-                lease = s.leases.get(a["id"])
-                active.append({"admission": s.receipts[a["id"]], "attempt": a,
-                               "leaseStatus": lease["status"] if lease else None})
-        return copy.deepcopy({"run": s.runs[self.run_id], "stepRuns": s.steps_of_run(self.run_id),
-                              "activeTaskAttempts": active, "observedAtMs": s.clock})
+        return cancel_input_of(self.state, self.run_id)
 
     def recovery_input(self, aid: str, reason: str) -> Record:
         s = self.state

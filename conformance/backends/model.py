@@ -14,4 +14,4 @@ class ModelBackend:
         return ModelPort()
 
     def shutdown(self) -> None:
-        pass
+        """Nothing to release: each ModelPort lives in memory and ends with its trace."""
