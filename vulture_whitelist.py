@@ -13,9 +13,9 @@ _ = Whitelist()
 
 # Plugins named by "module:attribute" strings in conformance/backends/__init__.py (register, lazy_provisioner).
 _.ModelBackend  # conformance/backends/model.py
-_.gate_crashes  # conformance/crashes.py and conformance/pg_crashes.py
-_.unconfigured  # conformance/exec_port.py
-_.postgres_driver  # conformance/exec_port.py
+_.gate_crashes  # conformance/faults/sqlite_crashes.py and conformance/faults/pg_crashes.py
+_.unconfigured  # conformance/exec/port.py
+_.postgres_driver  # conformance/exec/port.py
 _.PostgresProvisioner  # conformance/backends/postgres.py
 _.PostgresConcurrencyHost  # conformance/backends/postgres.py
 
@@ -31,7 +31,7 @@ _.cancellation_candidates
 
 # __exit__(self, exc_type, exc, tb): the context-manager protocol fixes the signature.
 _.tb
-_.exc_type  # also read nowhere else since conformance/runner.py dropped its thread excepthook
+_.exc_type  # also read nowhere else since conformance/lockstep/runner.py dropped its thread excepthook
 
 # psycopg's Connection.read_only is a property setter (impl/postgres/readonly.py).
 _.read_only
@@ -70,6 +70,7 @@ _.heartbeat
 _.advance_to_next_timer
 _.invariants_hold
 
-# conformance/model_import.py: a ModuleSpec attribute that the import system reads.
+# conformance/checkers/model_import.py: a ModuleSpec attribute that the import system reads.
 _.submodule_search_locations
-_.serve_sqlite_driver_reporting_inserts_only  # qlwf/selftest.py: the exec-sqlite self-test fault's driver, run by name
+# qlwf/gate/selftest.py: the exec-sqlite self-test fault's driver, run by name
+_.serve_sqlite_driver_reporting_inserts_only

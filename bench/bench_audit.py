@@ -24,7 +24,7 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from qlwf.conformance.audit import audit_parts, audit_snapshot
+from qlwf.review.audit import audit_parts, audit_snapshot
 from qlwf.impl.readonly import whole
 from qlwf.impl.sqlite.readonly import open_runs
 started = time.perf_counter()

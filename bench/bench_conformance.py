@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from qlwf.conformance import backends, runner
-from qlwf.conformance.generators import GeneratorConfig
-from qlwf.conformance.lockstep import FULL_EVERY, LockstepResult, load_invariant_check, run_lockstep
-from qlwf.conformance.trace import Trace
+from qlwf.conformance import backends
+from qlwf.conformance.generate.sequences import GeneratorConfig
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import FULL_EVERY, LockstepResult, load_invariant_check, run_lockstep
+from qlwf.conformance.traces.format import Trace
 
 SEED = 20261129
 

@@ -17,10 +17,11 @@ import argparse
 import time
 from collections.abc import Callable
 
-from qlwf.conformance import exec_port, runner
 from qlwf.conformance.backends import SqliteBackend
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
-from qlwf.conformance.trace import Trace
+from qlwf.conformance.exec import port as exec_port
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
+from qlwf.conformance.traces.format import Trace
 
 SEED = 20261129
 

@@ -44,11 +44,12 @@ from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
-from qlwf.conformance import backends, runner
+from qlwf.conformance import backends
 from qlwf.conformance.backends.postgres import shared_server
-from qlwf.conformance.lockstep import FULL_EVERY, run_lockstep
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import FULL_EVERY, run_lockstep
 from qlwf.conformance.provision import DSN_ENV, PgServer, unique_database_name
-from qlwf.conformance.trace import Trace
+from qlwf.conformance.traces.format import Trace
 from qlwf.impl.postgres.adapter import TRANSACTION_LIMITS, PostgresAdapter, TransactionLog
 
 SEED = 20261129
@@ -343,7 +344,7 @@ def main() -> None:
 
     if args.no_concurrency:
         return
-    from qlwf.conformance.concurrency import concurrency_check
+    from qlwf.conformance.concurrency.harness import concurrency_check
 
     print(f"\n{'K':>2} {'commits':>8} {'retries':>8} {'exhausted':>9} {'conflicts':>9} {'commits/s':>10} "
           f"{'baseline/s':>11} {'ratio':>6}  verdict")

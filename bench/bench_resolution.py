@@ -31,7 +31,7 @@ from qlwf.model.canonical import canonical_text
 from qlwf.model.oracle import consult
 from qlwf.model.system import WorkflowSystem
 
-from qlwf.cmd_oracle import answer_bytes
+from qlwf.oracle.protocol import answer_bytes
 
 N = 128
 SEED = 20261129

@@ -13,9 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from qlwf.conformance import exec_port, protocol_schema, runner
-from qlwf.conformance.lockstep import run_lockstep
-from qlwf.conformance.trace import Trace
+from qlwf.conformance.exec import port as exec_port
+from qlwf.conformance.exec import protocol_schema
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import run_lockstep
+from qlwf.conformance.traces.format import Trace
 
 DOC = Path(__file__).with_name("protocol.md")
 BEGIN, END = "<!-- transcript:begin (python docs/protocol_example.py) -->", "<!-- transcript:end -->"

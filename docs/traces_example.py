@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from qlwf.conformance import plans
-from qlwf.conformance.trace import Trace, advance, command, dumps, record
+from qlwf.conformance.generate import plans
+from qlwf.conformance.traces.format import Trace, advance, command, dumps, record
 
 DOC = Path(__file__).with_name("traces.md")
 BEGIN, END = "<!-- example:begin (python docs/traces_example.py) -->", "<!-- example:end -->"

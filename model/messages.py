@@ -2,7 +2,7 @@
 Unavailable a command's checks raise (commands.md §2.2).
 
 A message is for humans. Conformance compares an error's class, code and reason, never its message
-(conformance/lockstep.py; traces store {class, code, reason}), so the wording lives here once and
+(conformance/lockstep/compare.py; traces store {class, code, reason}), so the wording lives here once and
 both readers of the spec use it: the model's commands (model/cmd_*.py, model/cmd_loads.py) and
 impl's independent transcription of them (impl/commands/). Which check fails first, and with which
 class and reason, each side decides on its own — that is what lockstep conformance compares

@@ -8,7 +8,7 @@ same bytes disagree, which a verification gate must not allow:
 * an escaped lone surrogate such as `\\ud800` (§8.2), which no UTF-8 text can hold, so the value
   could not be written back out (records.md §5.1 requires them rejected before canonical JSON).
 `loads` refuses all three, and nesting past the decoder's recursion limit, as ValueError with a
-one-line message. The oracle's own reader (qlwf/cmd_oracle.py) adds its limits on numbers and
+one-line message. The oracle's own reader (qlwf/cli/oracle.py) adds its limits on numbers and
 depth on top of the same member and constant checks.
 """
 

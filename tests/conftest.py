@@ -39,7 +39,7 @@ def _load_the_checkouts_modules() -> None:
     docs/ and examples/ (under names of their own; the constants are the file's, whatever the name)."""
     import importlib.util
 
-    from qlwf.preload import load_every_module
+    from qlwf.support.preload import load_every_module
 
     load_every_module()
     repo = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    from qlwf import cli
+    from qlwf.cli import entry as cli
     cli.reset_at_fork(on_sigterm)  # pool workers of tests: Pool.terminate() must end them (Q-77)
 
 

@@ -41,7 +41,7 @@ def test_a_plugin_backend_runs_through_qlwf_conform_and_replay(tmp_path: Path) -
     out = _run("-m", "qlwf.cli", "conform", "--backend", "throwaway", "--traces", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"conform throwaway: PASS — 3 traces, \d+ steps", out.stdout), out.stdout
-    trace = next((REPO / "conformance" / "corpus").glob("*.json"))
+    trace = next((REPO / "conformance" / "traces" / "corpus").glob("*.json"))
     replay = _run("-m", "qlwf.cli", "replay", str(trace), "--backend", "throwaway")
     assert replay.returncode == 0 and "on throwaway: PASS" in replay.stdout, replay.stdout + replay.stderr
     # without the plugin module the name is unknown: nothing else was edited to add it
@@ -61,8 +61,8 @@ def test_a_plugin_backend_runs_through_the_parametrised_suite() -> None:
 
 
 def test_a_registered_backend_joins_the_gate_and_is_unknown_without_floors() -> None:
-    from qlwf import checks
-    from qlwf.gate import run_checks
+    from qlwf.gate import checks
+    from qlwf.gate.verdict import run_checks
 
     sys.path.insert(0, str(SUPPORT))
     try:

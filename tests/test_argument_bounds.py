@@ -8,8 +8,8 @@ import argparse
 import pytest
 from qlwf.conformance.checkers.explore import MAX_SHAPE_STEPS, dag_shapes
 
-from qlwf import cli
-from qlwf.argtypes import MAX_PROCESSES, integer, processes
+from qlwf.cli import entry as cli
+from qlwf.cli.argtypes import MAX_PROCESSES, integer, processes
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

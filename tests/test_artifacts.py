@@ -1,4 +1,4 @@
-"""Every generated artifact is current: one comparison for all of them (qlwf/artifacts.py, `qlwf regenerate`).
+"""Every generated artifact is current: one comparison for all of them (qlwf/gate/artifacts.py, `qlwf regenerate`).
 
 It replaces the separate staleness tests of docs/, the corpus and the explorer manifest. The
 explorer's counts come from the session's one exploration (support/explored.py), which also checks
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from support.explored import explored
 
-from qlwf import artifacts
+from qlwf.gate import artifacts
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from qlwf.conformance import plans, runner
-from qlwf.conformance.audit import RunAudit, audit_snapshot
 from qlwf.conformance.backends.postgres import PostgresBackend
-from qlwf.conformance.lockstep import run_lockstep
-from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.generate import plans
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import run_lockstep
+from qlwf.conformance.lockstep.model_port import ModelPort
 from qlwf.conformance.provision import PgServer, unique_database_name
 from qlwf.impl.commands.columns import STEP_RUNS
 from qlwf.impl.postgres import readonly as pg_readonly
@@ -34,7 +34,8 @@ from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model.canonical import canonical_text
 from qlwf.model.records import seal_step_run
 
-from qlwf.cli import main as cli_main
+from qlwf.cli.entry import main as cli_main
+from qlwf.review.audit import RunAudit, audit_snapshot
 
 Record = dict[str, Any]
 CORPUS = {t.name: t for t in runner.corpus_traces()}

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from qlwf.conformance import backends, runner
+from qlwf.conformance import backends
 from qlwf.conformance.backends import BackendMisconfigured, BackendSpec, BackendUnavailable
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lost_commits import with_lost_commits
-from qlwf.conformance.trace import Trace
+from qlwf.conformance.faults.lost_commits import with_lost_commits
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import Trace
 
 # Short corpus traces that still cover admission, the worker protocol, cancellation and the page.
 SHORT = ("adr0226-dependency-readied", "adr0228-attempt-two-steps-parent-atomic",
@@ -73,7 +74,7 @@ def test_every_crash_point_is_atomic(spec: BackendSpec) -> None:
 
 @pytest.mark.parametrize("spec", _with("concurrency"), indirect=True)
 def test_a_concurrent_history_replays_through_the_model(spec: BackendSpec) -> None:
-    from qlwf.conformance.concurrency import concurrency_check
+    from qlwf.conformance.concurrency.harness import concurrency_check
 
     report = concurrency_check(k=3, ops=20, seed=5, backend=spec.name)
     assert report.passed, "\n".join(report.problems) or report.line()
@@ -102,7 +103,7 @@ def test_a_capability_without_its_entry_point_is_refused() -> None:
 
 
 def test_the_gate_checks_come_from_the_registry_in_their_historic_order() -> None:
-    from qlwf import checks
+    from qlwf.gate import checks
 
     expected = ["spec-vectors", "oracle-examples", "proofs", "explorer", "conform-sqlite", "faults-sqlite",
                 "exec-sqlite", "conform-postgres", "concurrency-postgres", "faults-postgres"]
@@ -127,7 +128,7 @@ def test_the_exec_backend_without_a_driver_is_misconfigured() -> None:
 
 def test_a_broken_sqlite_store_is_caught_by_the_concurrency_check() -> None:
     """The sqlite concurrency host is a real check: a store that forgets a counter diverges."""
-    from qlwf.conformance.concurrency import concurrency_check
+    from qlwf.conformance.concurrency.harness import concurrency_check
     from qlwf.impl.sqlite.concurrency import SqliteConcurrencyHost
     from qlwf.impl.sqlite.store import SqliteStore
 
@@ -151,7 +152,7 @@ def test_no_postgres_server_is_exit_2_in_conform_and_the_skip_policy_in_tests(
     from qlwf.conformance.backends import postgres
     from qlwf.conformance.provision import PostgresUnavailable
 
-    from qlwf import cli
+    from qlwf.cli import entry as cli
 
     def unavailable() -> None:
         raise PostgresUnavailable("no PostgreSQL binaries found and QLWF_PG_DSN is not set")

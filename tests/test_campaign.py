@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance.mutants.manifest import by_name
-from qlwf.conformance.trace import from_json, load
+from qlwf.conformance.traces.format import from_json, load
 
 from qlwf.campaign.executors import ClusterUnavailable, DaskExecutor, PoolExecutor, run_shard_of
 from qlwf.campaign.run import (
@@ -212,7 +212,7 @@ def test_a_campaign_that_dies_leaves_no_earlier_verdict_behind(tmp_path: Path) -
                                    "summary.json->elsewhere"])
 def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -252,7 +252,7 @@ def test_what_a_campaign_does_not_write_is_refused_before_any_work(plant: str, t
 
 
 def test_a_second_campaign_on_the_same_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     first = scripted_campaign(tmp_path, {5})
     with owned(tmp_path):  # a campaign running there now
@@ -318,7 +318,7 @@ def planted_by_one_worker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 
 def test_a_planted_fault_is_found_stopped_on_and_replays(planted_by_one_worker: tuple[Path, dict[str, Any]],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from qlwf.conformance import runner
+    from qlwf.conformance.lockstep import runner
 
     out, summary = planted_by_one_worker
     assert summary["verdict"] == "failed" and summary["stopped"] == "counterexample"
@@ -464,7 +464,7 @@ def _state(pid: int) -> str:
 
 
 def test_the_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     with pytest.raises(SystemExit) as bad:
         main(["campaign", "--minutes", "1", "--plant", "no-such-mutant"])
@@ -481,7 +481,7 @@ def test_a_deadline_a_json_summary_cannot_carry_or_no_run_can_reach_is_bad_usage
         minutes: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """NaN and infinity ran, and wrote `"minutes": NaN` into summary.json, which no strict JSON reader
     (this project's own included) accepts; NaN minutes also made the verdict unknown (exit 3)."""
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     with pytest.raises(SystemExit) as bad:
         main(["campaign", f"--minutes={minutes}", "--kinds", "oracle", "--max-shards", "1", "--out", str(tmp_path)])
@@ -686,7 +686,7 @@ def test_dask_workers_without_this_checkouts_qlwf_are_refused_at_once(
         preload: str, said: str, dask_cluster: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Decisions Q-120: a worker that cannot import qlwf never answered for its shards, so the campaign waited
     out its deadline and said only "no shard completed"; one with another qlwf answered for another model."""
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     script = tmp_path / "preload.py"
     script.write_text(preload, encoding="utf-8")
@@ -768,8 +768,8 @@ def test_plans_end_when_nothing_is_left_to_run() -> None:
 
 def test_the_shards_import_nothing_from_tests(tmp_path: Path) -> None:
     """The installed qlwf runs every kind of shard: the machine, the fuzzer and the harness are package code."""
-    code = ("import sys, qlwf.cmd_campaign, qlwf.campaign.shards as s\n"
-            "import qlwf.conformance.stateful.machine, qlwf.conformance.oracle_fuzz\n"
+    code = ("import sys, qlwf.cli.campaign, qlwf.campaign.shards as s\n"
+            "import qlwf.conformance.stateful.machine, qlwf.conformance.checkers.oracle_fuzz\n"
             f"bad = [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith("
             f"{str(REPO / 'tests')!r})]\n"
             "print(bad); sys.exit(1 if bad else 0)")

@@ -21,7 +21,7 @@ from qlwf.model import canonical, strict_json
 from qlwf.model.canonical import canonical_json, plain_canonical_json
 from qlwf.model.errors import Invalid
 
-from qlwf import cmd_oracle
+from qlwf.oracle import protocol
 
 # Every code point class that §5.1 treats specially: C0 controls, `"`, `\`, `/`, DEL, the
 # JSON-hostile separators U+2028/9, BMP and astral non-ASCII.
@@ -98,19 +98,19 @@ def test_lone_surrogates_still_raise_like_the_reference(value: Any) -> None:
 def test_batch_answers_with_a_float_literal_use_the_reference_encoder(literal: str, has_float: bool) -> None:
     """Floats are the one plain value orjson writes differently (1e16 vs 1e+16): the batch encoder
     must see every float literal of a request, wherever it sits."""
-    value, floats = cmd_oracle.parse_json_floats('{"a":[{"b":' + literal + "}]}")
+    value, floats = protocol.parse_json_floats('{"a":[{"b":' + literal + "}]}")
     assert floats is has_float
     assert value == json.loads('{"a":[{"b":' + literal + "}]}")
 
 
 def test_a_float_beyond_a_double_is_invalid_not_infinity() -> None:
     with pytest.raises(Exception, match="overflows a double"):
-        cmd_oracle.parse_json_floats('{"a":[{"b":1E400}]}')
+        protocol.parse_json_floats('{"a":[{"b":1E400}]}')
 
 
 def test_duplicate_keys_are_named_like_before() -> None:
     with pytest.raises(Exception, match=r"duplicate key 'b'"):
-        cmd_oracle.parse_json('{"a":1,"b":2,"c":{"b":1},"b":3,"a":4}')
+        protocol.parse_json('{"a":1,"b":2,"c":{"b":1},"b":3,"a":4}')
 
 
 @pytest.mark.parametrize("text", [
@@ -122,7 +122,7 @@ def test_repeated_keys_are_found_wherever_they_are(text: str) -> None:
     """The fast path parses into plain dicts and must still see every repeated key, and report
     exactly the error the checking hook reports."""
     with pytest.raises(Invalid) as fast:
-        cmd_oracle.parse_json(text)
+        protocol.parse_json(text)
     try:
         json.loads(text, object_pairs_hook=strict_json.unique_members, parse_constant=strict_json.reject_constant)
     except ValueError as e:
@@ -141,7 +141,7 @@ json_text = st.recursive(
 @given(json_text, st.booleans())
 def test_parse_matches_the_checking_parser(value: Any, ascii_only: bool) -> None:
     raw = json.dumps(value, ensure_ascii=ascii_only)
-    got, floats = cmd_oracle.parse_json_floats(raw)
+    got, floats = protocol.parse_json_floats(raw)
     want = json.loads(raw, object_pairs_hook=strict_json.unique_members)
     assert got == want and list(_walk_keys(got)) == list(_walk_keys(want))
     assert floats is _has_float(value)

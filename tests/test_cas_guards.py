@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.impl.commands import guards
 from qlwf.impl.port import CommandPort, FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from qlwf.cli import build_parser
+from qlwf.cli.entry import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "qlwf.yml"
@@ -147,7 +147,7 @@ def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findi
     args = build_parser().parse_args(argv)
     assert args.minutes * 60 + 15 * 60 <= job["timeout-minutes"] * 60  # room to install, render and upload
     # the nightly explores beyond the gate's exhaustive scope (the manifest's largest K for every shape)
-    manifest = json.loads((REPO / "model" / "explore_manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((REPO / "conformance" / "checkers" / "explore_manifest.json").read_text(encoding="utf-8"))
     assert args.explore_max_steps > max(int(k) for k in manifest["totals"])
     out = args.out
     assert any(f"{out}/traces/*.json" in r and "./qlwfw show" in r for r in runs)

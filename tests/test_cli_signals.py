@@ -1,4 +1,4 @@
-"""`qlwf.cli.main` in-process: an interrupt returns 128 + signal and leaves the caller's process as it was."""
+"""`qlwf.cli.entry.main` in-process: an interrupt returns 128 + signal and leaves the caller's process as it was."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -78,7 +78,7 @@ def test_an_interrupted_in_process_main_keeps_the_callers_servers(
 # A child of `qlwf` (an explorer, campaign or conform pool worker) reports its signal dispositions.
 _FORKED_DISPOSITIONS = """
 import multiprocessing, signal, sys
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 def dispositions(_: int) -> list[bool]:
     return [signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGINT, signal.SIGTERM)]
@@ -97,7 +97,7 @@ print(under, parent_restored)
 # made it rarer (one hang in a few hundred runs of the test suite), not impossible.
 _POOL_CYCLES = """
 import multiprocessing
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 def work(i: int) -> int:
     return sum(range(20_000)) + i
@@ -112,7 +112,7 @@ print("done")
 
 
 # A fork under the handlers: what the child's first after-fork code sees (a hook registered before
-# qlwf.cli's runs before it), what the worker sees, and the parent's mask after the fork.
+# qlwf.cli.entry's runs before it), what the worker sees, and the parent's mask after the fork.
 _FORK_MASKS = """
 import multiprocessing, os, signal
 TERM = (signal.SIGINT, signal.SIGTERM)
@@ -121,7 +121,7 @@ def blocked() -> list[bool]:
     return [s in mask for s in TERM]
 first: list[list[bool]] = []
 os.register_at_fork(after_in_child=lambda: first.append(blocked()))
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 def worker(_: int) -> tuple[list[list[bool]], list[bool]]:
     return first, blocked()
@@ -136,7 +136,7 @@ with multiprocessing.get_context("fork").Pool(1) as pool:
 _EARLY_SIGTERM = """
 import os, signal, time
 os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 cli._install_interrupt_handlers()
 pid = os.fork()

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from qlwf.conformance.concurrency_workload import Worker, World
+from qlwf.conformance.concurrency.workload import Worker, World
 from qlwf.impl.port import Record
 from qlwf.model.errors import Conflict
 
-from qlwf import checks
-from qlwf.selftest import plant_clock_read_before_locks
+from qlwf.gate import checks
+from qlwf.gate.selftest import plant_clock_read_before_locks
 
 HOT = "wta:hot"
 RACES = ("race_claim", "race_renew", "race_complete", "race_release", "race_recover", "race_cancel", "race_frontier")

@@ -17,13 +17,15 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from qlwf.conformance import backends, runner
-from qlwf.conformance.coverage import Coverage
-from qlwf.conformance.diff import snapshot_diff
-from qlwf.conformance.generators import GeneratorConfig, generate, load_trace_files, traces
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
-from qlwf.conformance.model_port import ModelPort
-from qlwf.conformance.trace import (
+from qlwf.conformance import backends
+from qlwf.conformance.generate.sequences import GeneratorConfig, generate, load_trace_files, traces
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
+from qlwf.conformance.lockstep.coverage import Coverage
+from qlwf.conformance.lockstep.model_port import ModelPort
+from qlwf.conformance.lockstep.state_diff import snapshot_diff
+from qlwf.conformance.traces.corpus import CORPUS_DIR
+from qlwf.conformance.traces.format import (
     Trace,
     TraceFormatError,
     dumps,
@@ -37,7 +39,7 @@ from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.store import SqliteStore
 from qlwf.model.errors import QlwfError
 
-from qlwf.cmd_conform import register
+from qlwf.cli.conform import register
 
 CORPUS = runner.corpus_traces()
 CORPUS_BY_NAME = {t.name: t for t in CORPUS}
@@ -245,7 +247,7 @@ def test_backend_crash_is_reported_not_raised() -> None:
 
 
 def test_stale_expectation_is_reported() -> None:
-    trace = load(runner.CORPUS_DIR / "adr0226-settled-replay.json")
+    trace = load(CORPUS_DIR / "adr0226-settled-replay.json")
     trace.steps[3] = trace.steps[3] | {"state": trace.steps[3]["state"] | {"digest": "0" * 64}}
     result = run_lockstep(trace, ModelPort())
     assert result.divergence is not None and result.divergence.kind == "expectation"
@@ -340,7 +342,7 @@ def test_cli_concurrency_run_of_no_operation_is_no_verdict(capsys: pytest.Captur
     code, lines = _cli(["conform", "--backend", "sqlite", "--traces", "1", "--concurrency", "2", "--ops", "0",
                         "--json"], capsys)
     assert code == 3 and json.loads(lines[-2])["unchecked"] and lines[-1].endswith("nothing concurrent was checked")
-    from qlwf.cmd_conform import _worse
+    from qlwf.cli.conform import _worse
 
     assert [_worse(a, b) for a, b in ((0, 0), (0, 3), (3, 0), (1, 3), (3, 1))] == [0, 3, 3, 1, 1]
 
@@ -376,7 +378,7 @@ def test_cli_conform_fails_on_a_broken_backend(capsys: pytest.CaptureFixture[str
 
 
 def test_cli_replay_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = runner.CORPUS_DIR / "adr0228-partial-completion-final.json"
+    path = CORPUS_DIR / "adr0228-partial-completion-final.json"
     for backend in ("sqlite", "model"):
         code, lines = _cli(["replay", str(path), "--backend", backend], capsys)
         assert code == 0 and lines[-1].startswith(f"replay {path.name} (with recorded expectations) on {backend}: PASS")

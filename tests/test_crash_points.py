@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.crash_points import DOC, measure_trace, trace_row
+from qlwf.conformance.faults.crash_points import DOC, measure_trace, trace_row
+from qlwf.conformance.lockstep import runner
 from qlwf.conformance.provision import PgServer
 from qlwf.model import tables as T
 
@@ -22,7 +22,7 @@ def test_the_committed_table_matches_a_fresh_measurement(pg_server: PgServer) ->
     sqlite, pg = measure_trace(trace, pg_server)
     commands = sum(1 for s in trace.steps if s["op"] == "command" and s["name"] in T.WRITING_COMMANDS)
     row = trace_row(TRACE, (commands, sqlite.crash_points, pg.crash_points, pg.round_trip_points))
-    assert row in text.splitlines(), "docs/crash-points.md is stale: run python -m qlwf.conformance.crash_points"
+    assert row in text.splitlines(), "docs/crash-points.md is stale: run python -m qlwf.conformance.faults.crash_points"
 
 
 def test_every_writing_command_has_crash_points_on_postgres() -> None:

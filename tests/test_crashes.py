@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from qlwf.conformance.crashes import CrashStats, run_with_crashes
-from qlwf.conformance.generators import generate
-from qlwf.conformance.runner import corpus_traces
+from qlwf.conformance.faults.sqlite_crashes import CrashStats, run_with_crashes
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep.runner import corpus_traces
 from qlwf.impl.sqlite.store import SqliteStore
 
 

@@ -26,13 +26,13 @@ from model_fixtures import (
     seal_task_receipt,
     situation,
 )
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model import tables as T
 from qlwf.model.errors import QlwfError
 from qlwf.model.oracle import ORACLE_REQUEST_INVALID, consult
 
-from qlwf.cmd_oracle import answer_line
+from qlwf.oracle.protocol import answer_line
 
 Record = dict[str, Any]
 REPO = Path(__file__).resolve().parent.parent

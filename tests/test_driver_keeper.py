@@ -1,4 +1,4 @@
-"""The keeper between the harness and a driver (conformance/driver_keeper.py, decisions Q-134): the
+"""The keeper between the harness and a driver (conformance/exec/driver_keeper.py, decisions Q-134): the
 driver's status comes through it unchanged, a driver that cannot start is reported as such, orphans
 are reaped while the driver runs, and what a driver left is killed even when the harness itself is
 killed. The escape cases through the CLI are in tests/test_exec_backend.py."""
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from qlwf.conformance import process_sweep
-from qlwf.conformance.exec_process import DriverFailure, DriverProcess
+from qlwf.conformance.exec.process import DriverFailure, DriverProcess
+from qlwf.conformance.processes import sweep as process_sweep
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the keeper is a Linux subreaper")
 
@@ -61,9 +61,9 @@ def test_a_driver_that_cannot_be_started_is_reported_with_the_reason(tmp_path: P
 
 
 def test_the_keeper_explains_its_usage() -> None:
-    done = subprocess.run([sys.executable, "-m", "qlwf.conformance.driver_keeper"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "qlwf.conformance.exec.driver_keeper"], capture_output=True,
                           text=True, timeout=30, check=False)
-    assert done.returncode == 2 and "usage: python -m qlwf.conformance.driver_keeper" in done.stderr
+    assert done.returncode == 2 and "usage: python -m qlwf.conformance.exec.driver_keeper" in done.stderr
 
 
 def test_the_keeper_reaps_what_the_driver_orphans_while_it_runs() -> None:

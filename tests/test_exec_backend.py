@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import exec_port, protocol_schema, runner
-from qlwf.conformance.exec_connection import record_key
-from qlwf.conformance.exec_port import ExecBackend, ExecFaultPort, ExecPort
-from qlwf.conformance.exec_process import DriverFailure
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
-from qlwf.conformance.trace import Trace, record
+from qlwf.conformance.exec import port as exec_port
+from qlwf.conformance.exec import protocol_schema
+from qlwf.conformance.exec.connection import record_key
+from qlwf.conformance.exec.port import ExecBackend, ExecFaultPort, ExecPort
+from qlwf.conformance.exec.process import DriverFailure
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
+from qlwf.conformance.traces.format import Trace, record
 from qlwf.impl.port import COMMAND_NAMES
 
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = [sys.executable, str(REPO / "tests" / "support" / "broken_driver.py")]
@@ -159,7 +161,7 @@ def test_snapshot_changes_that_hide_a_store_bug_fail_the_run(reaped: None) -> No
 
 
 def test_cli_reports_the_store_bug_like_a_built_in_backend(capsys: pytest.CaptureFixture[str], reaped: None) -> None:
-    path = REPO / "conformance" / "corpus" / "adr0227-worker-protocol.json"
+    path = REPO / "conformance" / "traces" / "corpus" / "adr0227-worker-protocol.json"
     expected = _first_step(_corpus("adr0227-worker-protocol"), _succeeded_attempt)
     code = cli.main(["replay", str(path), "--backend", "exec", "--driver",
                      shlex.join([*BROKEN, "wrong-terminal-status"])])
@@ -469,7 +471,7 @@ def test_the_schemas_reject_what_the_protocol_forbids() -> None:
     assert protocol_schema.problems("request", "apply", {"id": 0, "type": "apply", "command": "advance_frontier",
                                                          "args": {}, "atMs": 1})
     assert protocol_schema.problems("response", "reset", {"id": 2, "type": "reset", "failure": {"message": "x"}}) == []
-    hello = json.loads((REPO / "conformance" / "schema" / "hello.response.json").read_text())
+    hello = json.loads((REPO / "conformance" / "exec" / "schema" / "hello.response.json").read_text())
     commands = hello["oneOf"][0]["properties"]["capabilities"]["properties"]["commands"]["items"]["enum"]
     assert sorted(commands) == sorted(COMMAND_NAMES)
 

@@ -20,7 +20,7 @@ from qlwf.model.state import State
 from qlwf.model.system import apply
 from support.explored import explored, load_manifest
 
-from qlwf import cmd_explore
+from qlwf.cli import explore as cmd_explore
 
 # OEIS A003087: number of unlabeled DAGs with n nodes.
 UNLABELED_DAGS = {1: 1, 2: 2, 3: 6, 4: 31}

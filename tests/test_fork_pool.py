@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from qlwf.conformance.fork_pool import ForkPool, Outcome, RemoteTraceback, WorkerDied
+from qlwf.conformance.processes.fork_pool import ForkPool, Outcome, RemoteTraceback, WorkerDied
 
 
 def _slow_square(x: int) -> int:
@@ -152,7 +152,7 @@ def test_workers_of_a_killed_parent_exit_on_their_own() -> None:
     which needs that no worker holds a sibling's parent end."""
     script = (
         "import os, sys, time\n"
-        "from qlwf.conformance.fork_pool import ForkPool\n"
+        "from qlwf.conformance.processes.fork_pool import ForkPool\n"
         "pool = ForkPool(abs, 3)\n"
         "print(*[w.process.pid for w in pool._workers], flush=True)\n"
         "time.sleep(120)\n"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from qlwf import checks
-from qlwf.gate import (
+from qlwf.gate import checks
+from qlwf.gate.verdict import (
     EXIT_FAILED,
     EXIT_PASSED,
     EXIT_UNKNOWN,
@@ -132,7 +132,7 @@ def test_conform_with_no_traces_is_unknown_not_passed() -> None:
 
 
 def test_conform_without_an_invariant_checker_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
-    from qlwf.conformance import runner
+    from qlwf.conformance.lockstep import runner
 
     monkeypatch.setattr(runner, "load_invariant_check", lambda: None)
     evidence = checks._conformance("sqlite", False, 2, 1)
@@ -175,7 +175,7 @@ def test_a_missing_postgres_server_is_unknown(monkeypatch: pytest.MonkeyPatch, c
 
 
 def test_check_command_exit_codes(tmp_path: Path) -> None:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     assert main(["check", "--only", "spec-vectors", "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["status"] == "passed"
@@ -188,8 +188,8 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
 
 
 def test_a_broken_vector_fails_even_under_python_O() -> None:
-    program = ("import sys, qlwf.vectors as v; k = next(iter(v.EXPECTED)); v.EXPECTED[k] = 'wrong'; "
-               "from qlwf.cli import main; sys.exit(main(['check', '--only', 'spec-vectors']))")
+    program = ("import sys, qlwf.gate.vectors as v; k = next(iter(v.EXPECTED)); v.EXPECTED[k] = 'wrong'; "
+               "from qlwf.cli.entry import main; sys.exit(main(['check', '--only', 'spec-vectors']))")
     out = subprocess.run([sys.executable, "-O", "-c", program], capture_output=True, text=True, timeout=120,
                          check=False, env={**os.environ})
     assert out.returncode == EXIT_FAILED, out.stdout + out.stderr
@@ -229,7 +229,7 @@ def test_no_product_assert_calls_anything_that_could_act() -> None:
 
 
 def test_the_coverage_floor_is_every_reachable_rule_row() -> None:
-    from qlwf.conformance.coverage import rule_rows, unreachable_in_v1
+    from qlwf.conformance.lockstep.coverage import rule_rows, unreachable_in_v1
 
     reachable = [r for r in rule_rows() if not unreachable_in_v1(r)]
     floors = load_floors()
@@ -241,7 +241,7 @@ def test_the_coverage_floor_is_every_reachable_rule_row() -> None:
 def _conformance_with_planted_fault(fail_fast: bool) -> tuple[bool, dict[str, int]]:
     from qlwf.conformance import mutants
 
-    from qlwf.selftest import _Assign
+    from qlwf.gate.selftest import _Assign
 
     entry = next(m for m in mutants.MANIFEST if m.name == "sqlite-step-key-unique-across-runs")
     assert entry.plant is not None
@@ -285,7 +285,7 @@ def test_the_gate_explorer_checks_every_transition_against_its_postconditions(
 def test_the_gate_crash_check_fails_on_a_store_whose_commands_are_not_atomic(monkeypatch: pytest.MonkeyPatch) -> None:
     """faults-sqlite as the gate runs it, not only its harness: a store that commits after each event
     leaves a partial write at the first crash point after that commit."""
-    from qlwf.selftest import plant_commits_each_event
+    from qlwf.gate.selftest import plant_commits_each_event
 
     (check,) = [c for c in checks.CHECKS if c.name == "faults-sqlite"]
     assert not check.run({"quick": True}).problems

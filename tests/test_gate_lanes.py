@@ -1,4 +1,4 @@
-"""The gate's two lanes (qlwf/lanes.py): same results in the same order as one lane, the checks that
+"""The gate's two lanes (qlwf/gate/lanes.py): same results in the same order as one lane, the checks that
 own a server stay in this process, a lane that dies fails only what it had claimed, and an interrupt
 here ends the lane with everything it started."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from qlwf.gate import Check, Evidence, run_checks
+from qlwf.gate.verdict import Check, Evidence, run_checks
 
 FLOORS = {name: {"n": 1} for name in ("a", "b", "c", "s", "x", "y", "z")}
 
@@ -154,7 +154,7 @@ def test_an_interrupt_here_ends_the_lane_and_what_it_started(tmp_path: Path) -> 
 _KILLED_GATE = """
 import os, subprocess, sys, time
 from pathlib import Path
-from qlwf.gate import Check, Evidence, run_checks
+from qlwf.gate.verdict import Check, Evidence, run_checks
 
 pids = Path(sys.argv[1])
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from qlwf.conformance.fork_pool import ForkPool
+from qlwf.conformance.processes.fork_pool import ForkPool
 
-from qlwf import selftest
-from qlwf.gate import Check, Evidence, run_checks, time_limit
+from qlwf.gate import selftest
+from qlwf.gate.verdict import Check, Evidence, run_checks, time_limit
 
 FLOORS = {"hangs": {"n": 1}, "answers": {"n": 1}, "pool": {"n": 1}}
 POOL_PIDS: list[int] = []
@@ -101,7 +101,7 @@ def test_a_planted_fault_whose_check_hangs_is_not_counted_as_caught(monkeypatch:
 
 def test_the_cli_refuses_a_limit_that_is_not_a_positive_number_of_seconds(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
 
     for bad in ("0", "-3", "soon"):
         with pytest.raises(SystemExit) as ended:

@@ -1,4 +1,4 @@
-"""Boundary traces meet every boundary of conformance/boundaries.py, on both backends, and the gate requires it."""
+"""Boundary traces meet every boundary of conformance/generate/boundaries.py, on both backends; the gate requires it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from qlwf.conformance import boundaries, runner
-from qlwf.conformance.generators import family, generate, generate_random
-from qlwf.conformance.generators_boundary import generate_boundary
-from qlwf.conformance.trace import Trace, model_step
+from qlwf.conformance.generate import boundaries
+from qlwf.conformance.generate.boundary import generate_boundary
+from qlwf.conformance.generate.sequences import family, generate, generate_random
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.impl.commands import cmd_tasks, cmd_worker, context
 from qlwf.model import tables as T
 from qlwf.model.attempts import fence_problem
@@ -60,7 +61,7 @@ def test_generated_window_contains_boundary_and_page_traces() -> None:
 
 
 def test_the_gate_floors_require_every_boundary() -> None:
-    floors = json.loads(resources.files("qlwf.model").joinpath("gate_evidence.json").read_text(encoding="utf-8"))
+    floors = json.loads(resources.files("qlwf.gate").joinpath("evidence_floors.json").read_text(encoding="utf-8"))
     for profile in ("quick", "full"):
         for check in ("conform-sqlite", "conform-postgres"):
             assert floors["profiles"][profile][check]["boundaries_met"] == len(boundaries.BOUNDARIES)

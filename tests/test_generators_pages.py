@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 
 import pytest
-from qlwf.conformance import boundaries, runner
-from qlwf.conformance.generators import family, generate
-from qlwf.conformance.generators_pages import generate_pages
-from qlwf.conformance.trace import Trace, model_step
+from qlwf.conformance.generate import boundaries
+from qlwf.conformance.generate.pages import generate_pages
+from qlwf.conformance.generate.sequences import family, generate
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.model.state import State
 from support.page_mutants import PAGE_MUTANTS, StorageMutant
 

@@ -1,4 +1,4 @@
-"""Incremental conformance checks (conformance/lockstep.py): only the kinds a step wrote are read back
+"""Incremental conformance checks (conformance/lockstep/compare.py): only the kinds a step wrote are read back
 and compared, a periodic full comparison proves the ports' write accounts complete, and invariants
 are not re-evaluated on the very same snapshot at the same clock. The verdicts and the first
 divergence must be exactly those of the full comparison after every step (full_every=1)."""
@@ -10,10 +10,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from qlwf.conformance import lockstep, runner
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lockstep import FULL_EVERY, LockstepResult, load_invariant_check, run_lockstep, written_by_model
-from qlwf.conformance.trace import Trace, model_step
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep import compare as lockstep
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import (
+    FULL_EVERY,
+    LockstepResult,
+    load_invariant_check,
+    run_lockstep,
+    written_by_model,
+)
+from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.impl.commands.store import Store
 from qlwf.impl.port import SNAPSHOT_KINDS, ChangeTracking
 from qlwf.impl.sql_adapter import WRITES

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import plans
-from qlwf.conformance.drift_mirror import corrupt_state
+from qlwf.conformance.generate import plans
+from qlwf.conformance.traces.drift_mirror import corrupt_state
 from qlwf.impl.commands import context, loads
 from qlwf.impl.port import FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lockstep import ExactKinds, load_invariant_check, run_lockstep
-from qlwf.conformance.trace import Trace
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import ExactKinds, load_invariant_check, run_lockstep
+from qlwf.conformance.traces.format import Trace
 from qlwf.impl.port import Snapshot
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model.state import TABLES

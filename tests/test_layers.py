@@ -51,9 +51,9 @@ DYNAMIC = {
         "a registry target's module; `register(...)` names it as a \"module:attribute\" string constant",
     ("conformance/backends/__init__.py", "importlib.import_module(module)"):
         "QLWF_BACKEND_MODULES: plugins from outside the distribution (a test's throwaway backend)",
-    ("qlwf/preload.py", "importlib.import_module(module.name)"):
+    ("qlwf/support/preload.py", "importlib.import_module(module.name)"):
         "every module of the distribution (Hypothesis's constants, decisions Q-113): the application may",
-    ("qlwf/checks.py", "sys.modules[name]"):
+    ("qlwf/gate/checks.py", "sys.modules[name]"):
         "load_script's own bookkeeping of the script it loads (each load_script call is an edge)",
 }
 

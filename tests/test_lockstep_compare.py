@@ -1,4 +1,4 @@
-"""Record-by-record snapshot comparison with remembered exact pairs (conformance/lockstep.py
+"""Record-by-record snapshot comparison with remembered exact pairs (conformance/lockstep/compare.py
 ExactKinds, decisions Q-64) against the comparison of whole kinds it replaced: `==` of the kinds'
 lists, then their orjson texts. Same answers on any values, whatever was compared before."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qlwf.conformance import lockstep
-from qlwf.conformance.lockstep import ExactKinds
+from qlwf.conformance.lockstep import compare as lockstep
+from qlwf.conformance.lockstep.compare import ExactKinds
 from qlwf.model.state import TABLES
 
 # Values `==` confuses (1, 1.0, True; 0.0, -0.0), values orjson cannot write (beyond 64 bits, a lone

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lockstep import run_lockstep
-from qlwf.conformance.lost_commits import REPLAY_OUTCOMES, replay_violations, with_lost_commits
-from qlwf.conformance.runner import corpus_traces
+from qlwf.conformance.faults.lost_commits import REPLAY_OUTCOMES, replay_violations, with_lost_commits
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep.compare import run_lockstep
+from qlwf.conformance.lockstep.runner import corpus_traces
 from qlwf.model import tables as T
 
 

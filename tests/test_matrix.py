@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from qlwf.conformance.trace import load, model_step
+from qlwf.conformance.traces.format import load, model_step
 from qlwf.model import clauses
 from qlwf.model.invariants import INVARIANTS, check_invariants
 from qlwf.model.state import State
@@ -23,7 +23,7 @@ from qlwf.proofs.invariants import INVARIANTS as ENCODED
 from qlwf.proofs.invariants import NOT_ENCODED
 from qlwf.proofs.runner import ALL_PROPERTIES
 
-from qlwf.checks import load_script
+from qlwf.gate.checks import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 ADR_DIR = REPO.parent / "shared" / "adr"
@@ -115,7 +115,7 @@ def test_matrix_doc_lists_every_clause() -> None:
 # ------------------------------------------------------------------------------------------------
 # Targeted tests of the two invariants the proofs do not encode
 def _state_after_admission() -> State:
-    trace = load(REPO / "conformance" / "corpus" / "adr0226-dependency-readied.json")
+    trace = load(REPO / "conformance" / "traces" / "corpus" / "adr0226-dependency-readied.json")
     state = State(clock=trace.initial_clock)
     for step in trace.inputs().steps[:3]:
         state = model_step(state, step).state

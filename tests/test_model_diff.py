@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.diff_report import render_markdown
-from qlwf.conformance.diff_sources import DiffInputError, Tree, base_tree, extract_plain
-from qlwf.conformance.model_diff import Options, diff
-from qlwf.conformance.trace import load
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import load
+
+from qlwf.review.model_diff import Options, diff
+from qlwf.review.report import render_markdown
+from qlwf.review.sources import DiffInputError, Tree, base_tree, extract_plain
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("pyproject.toml", "model", "proofs", "examples", "conformance/corpus")
+COPIED = ("pyproject.toml", "model", "proofs", "examples", "conformance/traces/corpus")
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -114,8 +115,8 @@ def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def replay_with_model_of(tree: Path, trace: Path) -> subprocess.CompletedProcess[str]:
     """`qlwf replay TRACE --backend model` with `tree`'s model (mapped as the diff's dumper maps it)."""
-    code = ("import sys; from pathlib import Path; from qlwf.conformance.model_import import use_tree; "
-            f"use_tree(Path({str(tree)!r}), ('qlwf.model',)); from qlwf.conformance import runner; "
+    code = ("import sys; from pathlib import Path; from qlwf.conformance.checkers.model_import import use_tree; "
+            f"use_tree(Path({str(tree)!r}), ('qlwf.model',)); from qlwf.conformance.lockstep import runner; "
             f"sys.exit(runner.replay({str(trace)!r}, 'model', False, sys.stdout))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
@@ -227,7 +228,7 @@ def test_proof_status_is_compared_against_a_base_directory(repo: Path, template:
 
 
 def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    from qlwf.cli import main
+    from qlwf.cli.entry import main
     try:
         code = main(["diff", *args])
     except SystemExit as e:  # argparse refuses the arguments
@@ -278,7 +279,7 @@ def test_table_rows_are_compared_by_name_order_counts_only_for_sequences() -> No
     from types import ModuleType
     from typing import NamedTuple
 
-    from qlwf.conformance.table_diff import diff_tables, table_rows
+    from qlwf.review.table_diff import diff_tables, table_rows
 
     class Row(NamedTuple):
         rule: str
@@ -310,7 +311,7 @@ def test_an_unknown_shape_exits_2(repo: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_shape_is_asked_for_by_the_explorers_name_whatever_labelling_is_given() -> None:
-    from qlwf import cmd_diff
+    from qlwf.cli import diff as cmd_diff
 
     parser = argparse.ArgumentParser()
     cmd_diff.register(parser.add_subparsers())

@@ -8,9 +8,10 @@ import pickle
 from typing import Any
 
 import pytest
-from qlwf.conformance import lockstep, runner
-from qlwf.conformance.generators import family, generate
-from qlwf.conformance.trace import ModelRun, ModelStep, Trace, model_step
+from qlwf.conformance.generate.sequences import family, generate
+from qlwf.conformance.lockstep import compare as lockstep
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import ModelRun, ModelStep, Trace, model_step
 from qlwf.model.state import State
 
 SEEDS = range(20261129, 20261129 + 16)  # one period of the families: random, boundary and pages traces
@@ -80,8 +81,8 @@ def test_a_run_that_is_not_the_traces_is_not_used() -> None:
 
 
 def test_a_generator_step_taken_around_emit_drops_the_run() -> None:
-    from qlwf.conformance.generators import GeneratorConfig, RandomChooser, _Generator
-    from qlwf.conformance.trace import advance
+    from qlwf.conformance.generate.sequences import GeneratorConfig, RandomChooser, _Generator
+    from qlwf.conformance.traces.format import advance
 
     g = _Generator(RandomChooser(1), GeneratorConfig(), "t")
     g.emit(advance(5))

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model.errors import QlwfError
 
@@ -311,8 +311,8 @@ def test_a_storage_error_in_the_pages_has_more_query_is_unavailable(port: Sqlite
 # ---- the PostgreSQL concurrency host's connection budget (no server needed) --------------------
 def test_the_postgres_concurrency_host_counts_one_connection_for_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     """K pooled connections plus the harness's own must fit the server's headroom."""
-    from qlwf.conformance import outage
     from qlwf.conformance.backends.postgres import PostgresConcurrencyHost
+    from qlwf.conformance.faults import outage
 
     class Server:
         def dsn(self) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from qlwf.conformance import plans
 from qlwf.conformance.backends.postgres import PostgresBackend
+from qlwf.conformance.generate import plans
 from qlwf.conformance.provision import PgServer
 from qlwf.impl.port import FixedClock
 from qlwf.impl.postgres.adapter import PostgresAdapter

@@ -28,7 +28,7 @@ from model_fixtures import (
     raises,
     seal_step_run,
 )
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.model.admission import create_admission_bundle, normalized_plan_bundle
 from qlwf.model.attempts import build_loaded_task_attempt_admission, build_task_attempt_admission
 from qlwf.model.errors import QlwfError

@@ -22,8 +22,9 @@ from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.oracle import FUNCTIONS, Answer, consult
 from support.oracle_batch import BATCH_COMMAND, ORACLE_COMMAND, STARTUP_S, BatchClient
 
-from qlwf import cmd_oracle
-from qlwf.cmd_oracle import answer_line, encode_answer, one_line
+from qlwf.cli import oracle as cmd_oracle
+from qlwf.oracle import protocol
+from qlwf.oracle.protocol import answer_line, encode_answer, one_line
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -386,13 +387,14 @@ def test_unencodable_model_output_is_an_answer_or_exit_70(bad: Any, monkeypatch:
     # Requests with a float literal: their answers go through the reference encoder, which refuses
     # what is not JSON. (A float-free request's answer holds no float — the model computes none —
     # and is written by the fast encoder; tests/test_oracle_fuzz.py compares those bytes.)
-    monkeypatch.setattr(cmd_oracle, "consult", lambda fn, inp: Answer({"echo": bad}, {}))
-    error = json.loads(cmd_oracle.answer_bytes(request_line("frontier", {"weight": 0.5})))["error"]
+    for module in (protocol, cmd_oracle):  # the batch answers in the protocol, a single file in the CLI
+        monkeypatch.setattr(module, "consult", lambda fn, inp: Answer({"echo": bad}, {}))
+    error = json.loads(protocol.answer_bytes(request_line("frontier", {"weight": 0.5})))["error"]
     assert error["code"] == "QLWF_ORACLE_INTERNAL_ERROR"
     snapshot = json.loads((EXAMPLES / SNAPSHOTS["frontier"]).read_text()) | {"weight": 0.5}
     (tmp_path / "s.json").write_text(json.dumps(snapshot))
     args = argparse.Namespace(fn="frontier", file=str(tmp_path / "s.json"), explain=False, pretty=False)
-    assert cmd_oracle.run_single(args) == cmd_oracle.EXIT_INTERNAL
+    assert cmd_oracle.run_single(args) == protocol.EXIT_INTERNAL
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "internal error" in captured.err
 

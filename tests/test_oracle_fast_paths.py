@@ -29,10 +29,10 @@ from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.oracle import consult
 from qlwf.model.speedups import ExactMemo, flat_key, parsed_json_input, text_key
 
-from qlwf import cmd_oracle
+from qlwf.oracle import protocol
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-MAX_DEPTH = cmd_oracle.MAX_DEPTH
+MAX_DEPTH = protocol.MAX_DEPTH
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,7 +102,7 @@ def deep_texts(draw: st.DrawFn) -> str:
 
 def reference(text: str) -> tuple[Literal["ok"], Any, bool] | tuple[Literal["invalid"], str]:
     try:
-        value, floats = cmd_oracle._reference_parse(text)
+        value, floats = protocol._reference_parse(text)
     except Invalid as e:
         return ("invalid", e.message)
     return ("ok", value, floats)
@@ -120,14 +120,14 @@ def exactly(a: Any, b: Any) -> bool:
 
 
 def check_agreement(text: str) -> None:
-    fast = cmd_oracle._strict_orjson(text.encode("utf-8"))
+    fast = protocol._strict_orjson(text.encode("utf-8"))
     want = reference(text)
     if fast is not None:  # the fast path decided: the reference accepts the same value, with no float
         assert want[0] == "ok", (text, want)
         assert want[2] is False and exactly(fast[0], want[1]), text
     # And the public parser (fast path first) answers exactly like the reference, errors included.
     try:
-        got: Any = ("ok", *cmd_oracle.parse_json_floats(text))
+        got: Any = ("ok", *protocol.parse_json_floats(text))
     except Invalid as e:
         got = ("invalid", e.message)
     assert got[0] == want[0] and (exactly(got[1], want[1]) if got[0] == "ok" else got[1] == want[1]), text
@@ -161,9 +161,9 @@ def test_repeated_keys_the_length_proof_would_miss_are_still_found() -> None:
     """A repeated key in a text that is not the shortest encoding (spaces, escapes) goes to the
     colon count; where that cannot be trusted (an escaped colon) to the reference."""
     for text in ('{"a": 1, "a": 1}', '{"a":"\\u0041","a":"A"}', '{"a:":1,"a:":1, "b":2}', '{"\\u003a":1,"\\u003a":1}'):
-        assert cmd_oracle._strict_orjson(text.encode()) is None
+        assert protocol._strict_orjson(text.encode()) is None
         with pytest.raises(Invalid, match="duplicate key"):
-            cmd_oracle.parse_json(text)
+            protocol.parse_json(text)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -179,15 +179,15 @@ def test_batch_answers_are_the_reference_bytes(compact: bool, monkeypatch: pytes
     for fn, inp in example_requests():
         raw = (json.dumps({"fn": fn, "input": inp}, ensure_ascii=False, separators=separators) + "\n").encode()
         if compact:  # canonical-style lines are decided by the fast path alone (the length proof)
-            assert cmd_oracle._strict_orjson(raw) is not None
-        fast = cmd_oracle.answer_bytes(raw)
+            assert protocol._strict_orjson(raw) is not None
+        fast = protocol.answer_bytes(raw)
         try:  # the model itself on the parsed input, without the oracle's trust in it
             expected = canonical_json({"ok": consult(fn, json.loads(raw)["input"]).resolution}) + b"\n"
         except QlwfError as e:
-            expected = canonical_json(cmd_oracle._error(e)) + b"\n"
+            expected = canonical_json(protocol._error(e)) + b"\n"
         with monkeypatch.context() as m:
-            m.setattr(cmd_oracle, "_orjson", None)  # every line through the stdlib reference path
-            slow = cmd_oracle.answer_bytes(raw)
+            m.setattr(protocol, "_orjson", None)  # every line through the stdlib reference path
+            slow = protocol.answer_bytes(raw)
         assert fast == slow == expected
 
 

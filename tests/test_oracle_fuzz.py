@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from model_fixtures import cancelling_run, make_plan, make_run, step_run_for, step_runs_for
-from qlwf.conformance.oracle_fuzz import Fuzzer, check_answer
+from qlwf.conformance.checkers.oracle_fuzz import Fuzzer, check_answer
 from qlwf.model.errors import QlwfError
 from qlwf.model.oracle import FUNCTIONS, consult
 from support.oracle_batch import ORACLE_COMMAND, REPO, STARTUP_S, BatchClient

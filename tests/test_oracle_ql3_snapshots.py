@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from model_fixtures import cancel_input_of
-from qlwf.conformance.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
+from qlwf.conformance.generate.ql3_shape import copy_problem, ql3_attempt, ql3_input, reversed_keys
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid, QlwfError
 from qlwf.model.invariants import consistent_binding
@@ -26,7 +26,7 @@ from qlwf.model.records import GENERIC_ATTEMPT_EXTRA_KEYS
 from qlwf.model.steprun import transition_step_run
 from qlwf.model.system import WorkflowSystem
 
-from qlwf.checks import load_script
+from qlwf.gate.checks import load_script
 
 Record = dict[str, Any]
 generate = load_script(Path(__file__).resolve().parent.parent / "examples" / "generate.py", "qlwf_examples_generate")

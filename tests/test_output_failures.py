@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from qlwf import cmd_show, stdio
-from qlwf.cli import EXIT_INTERNAL, EXIT_IO, main
+from qlwf.cli import show as cmd_show
+from qlwf.cli.entry import EXIT_INTERNAL, EXIT_IO, main
+from qlwf.support import stdio
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE = REPO / "conformance" / "corpus" / "adr0226-dependency-readied.json"
+TRACE = REPO / "conformance" / "traces" / "corpus" / "adr0226-dependency-readied.json"
 FULL = Path("/dev/full")
 needs_dev_full = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
 

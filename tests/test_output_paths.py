@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from qlwf.conformance.traces.corpus import CORPUS_DIR
 
-from qlwf.argtypes import output_dir, output_file
-from qlwf.cli import main
+from qlwf.cli.argtypes import output_dir, output_file
+from qlwf.cli.entry import main
 
 
 @pytest.fixture()
@@ -72,7 +73,7 @@ def test_an_unwritable_directory_is_refused(tmp_path: Path) -> None:
 ])
 def test_two_reports_on_one_path_are_refused_before_any_work(
         places: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    trace = Path(__file__).resolve().parent.parent / "conformance" / "corpus" / "adr0226-dependency-readied.json"
+    trace = CORPUS_DIR / "adr0226-dependency-readied.json"
     (places / "link-to-page").symlink_to(places / "page")  # a dangling link: the page is not written yet
     assert main([str(trace) if a == "TRACE" else a for a in argv]) == 2
     captured = capsys.readouterr()

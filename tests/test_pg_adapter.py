@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
-from qlwf.conformance import plans
 from qlwf.conformance.backends.postgres import PostgresBackend
-from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.generate import plans
+from qlwf.conformance.lockstep.model_port import ModelPort
 from qlwf.conformance.provision import PgServer
 from qlwf.impl.port import CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.postgres import codec

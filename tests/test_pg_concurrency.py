@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from qlwf.conformance import plans
-from qlwf.conformance.concurrency import ConcurrencyConfig, ConcurrencyReport, ScaledClock, concurrency_check
-from qlwf.conformance.concurrency_history import Replay, _run_of, replay_history, split_unseen_runs
-from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.concurrency.harness import ConcurrencyConfig, ConcurrencyReport, ScaledClock, concurrency_check
+from qlwf.conformance.concurrency.history import Replay, _run_of, replay_history, split_unseen_runs
+from qlwf.conformance.generate import plans
+from qlwf.conformance.lockstep.model_port import ModelPort
 from qlwf.conformance.provision import PgServer
 from qlwf.impl.postgres.adapter import TransactionLog
 from qlwf.model.invariants import consistent_binding
@@ -22,7 +22,7 @@ from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import apply
 
-from qlwf.cmd_conform import register
+from qlwf.cli.conform import register
 
 pytestmark = pytest.mark.postgres
 

@@ -7,13 +7,14 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from qlwf.conformance import concurrency_gate, runner
 from qlwf.conformance.backends.postgres import PostgresBackend
-from qlwf.conformance.generators import GeneratorConfig
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
+from qlwf.conformance.concurrency import gate as concurrency_gate
+from qlwf.conformance.generate.sequences import GeneratorConfig
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
 from qlwf.conformance.provision import PgServer
 
-from qlwf.cmd_conform import register
+from qlwf.cli.conform import register
 
 pytestmark = pytest.mark.postgres
 

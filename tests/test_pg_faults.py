@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.lost_commits import with_lost_commits
-from qlwf.conformance.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
+from qlwf.conformance.faults.lost_commits import with_lost_commits
+from qlwf.conformance.faults.pg_crashes import PgCrashStats, run_with_kills, run_with_server_crashes
+from qlwf.conformance.lockstep import runner
 from qlwf.conformance.provision import PgServer, ThrowawayCluster
 from qlwf.model import tables as T
 
@@ -37,7 +37,7 @@ def test_a_killed_backend_leaves_the_state_before_the_command(pg_server: PgServe
 def test_a_non_atomic_store_is_caught(pg_server: PgServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that commits after each event (the self-test's planted fault): every command is no longer
     atomic, and the first kill after such a commit leaves a partial write."""
-    from qlwf.selftest import plant_commits_each_event
+    from qlwf.gate.selftest import plant_commits_each_event
 
     plant_commits_each_event(monkeypatch, "postgres")
     [result] = run_with_kills(corpus("adr0226-dependency-readied"), PgCrashStats(), pg_server)

@@ -23,11 +23,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from qlwf.conformance.concurrency import concurrency_check
-from qlwf.conformance.outage import Reachability, StorageUnreachable, connection_headroom
+from qlwf.conformance.concurrency.harness import concurrency_check
+from qlwf.conformance.faults.outage import Reachability, StorageUnreachable, connection_headroom
 from qlwf.conformance.provision import BIN_ENV, DSN_ENV, PgServer, PostgresStartupError, ThrowawayCluster
 
-from qlwf.cli import main
+from qlwf.cli.entry import main
 
 pytestmark = pytest.mark.postgres
 
@@ -124,8 +124,8 @@ def backend_on(cluster: ThrowawayCluster, monkeypatch: pytest.MonkeyPatch) -> Th
 
 
 def test_a_server_lost_between_traces_is_no_verdict(backend_on: ThrowawayCluster) -> None:
-    from qlwf.conformance import runner
     from qlwf.conformance.backends import BackendLost
+    from qlwf.conformance.lockstep import runner
 
     def traces() -> Iterator[Any]:
         yield from runner.generated_traces(2, 7)
@@ -139,8 +139,8 @@ def test_a_server_lost_between_traces_is_no_verdict(backend_on: ThrowawayCluster
 def test_a_server_lost_under_a_command_is_no_verdict_not_a_divergence(backend_on: ThrowawayCluster,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Before Q-107 the step was a divergence (the adapter answers Unavailable where the model commits)."""
-    from qlwf.conformance import runner
     from qlwf.conformance.backends import BackendLost
+    from qlwf.conformance.lockstep import runner
     from qlwf.impl.postgres.adapter import PostgresAdapter
 
     calls = itertools.count(1)
@@ -161,8 +161,9 @@ def test_a_server_lost_while_a_divergence_is_reported_is_no_verdict(backend_on: 
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """An Unavailable answer read back fine, then the server gone while the report reads the whole store:
     before, the read's OperationalError escaped the run (a traceback, exit 1; seen once under load)."""
-    from qlwf.conformance import lockstep, runner
     from qlwf.conformance.backends import BackendLost
+    from qlwf.conformance.lockstep import compare as lockstep
+    from qlwf.conformance.lockstep import runner
 
     calls = itertools.count(1)
     backend_outcome, whole = lockstep.backend_outcome, lockstep.ReadBack.whole
@@ -186,8 +187,8 @@ def test_a_server_lost_while_a_divergence_is_reported_is_no_verdict(backend_on: 
 def test_the_gate_says_unknown_when_the_server_is_gone(backend_on: ThrowawayCluster) -> None:
     """Before Q-107 both checks failed: conform-postgres with an OperationalError traceback, and
     concurrency-postgres with "STORAGE UNREACHABLE", which blamed the implementation for a dead server."""
-    from qlwf.checks import backend_checks
-    from qlwf.gate import run_checks
+    from qlwf.gate.checks import backend_checks
+    from qlwf.gate.verdict import run_checks
 
     backend_on.crash()
     checks = [c for c in backend_checks() if c.name in ("conform-postgres", "concurrency-postgres")]
@@ -301,7 +302,7 @@ def _wait_for_pool(cluster: ThrowawayCluster, k: int, deadline: float) -> None:
                                  "postgresql://qlwf:s3cret@[::1", "not a dsn"])
 @pytest.mark.parametrize("argv", [["conform", "--backend", "postgres", "--traces", "1"],
                                   ["check", "--only", "conform-postgres"],
-                                  ["replay", str(REPO / "conformance/corpus/adr0226-settled-replay.json"),
+                                  ["replay", str(REPO / "conformance/traces/corpus/adr0226-settled-replay.json"),
                                    "--backend", "postgres"]])
 def test_a_broken_dsn_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                             dsn: str, argv: list[str]) -> None:
@@ -332,7 +333,7 @@ def role_without_createdb(pg_server: PgServer) -> Iterator[str]:
 
 @pytest.mark.parametrize("argv", [["conform", "--backend", "postgres", "--traces", "1"],
                                   ["check", "--only", "conform-postgres"],
-                                  ["replay", str(REPO / "conformance/corpus/adr0226-settled-replay.json"),
+                                  ["replay", str(REPO / "conformance/traces/corpus/adr0226-settled-replay.json"),
                                    "--backend", "postgres"]])
 def test_a_role_that_may_not_create_databases_is_one_line_and_exit_2(
         role_without_createdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -438,7 +439,7 @@ def test_the_window_bounds_the_wait_without_a_server() -> None:
 
 def test_a_stale_pooled_connection_after_a_restart_is_waited_out() -> None:
     from qlwf.conformance.backends.postgres import PostgresConcurrencyStore
-    from qlwf.conformance.concurrency import _through_outages
+    from qlwf.conformance.concurrency.harness import _through_outages
 
     calls: list[int] = []
 

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import psycopg
 import pytest
 from psycopg import errors
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.conformance.provision import PgServer, unique_database_name
 from qlwf.impl.port import FixedClock
 from qlwf.impl.postgres.adapter import PostgresAdapter

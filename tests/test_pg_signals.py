@@ -136,7 +136,7 @@ def held_cluster(proc: subprocess.Popen[str]) -> Cluster:
     return found[0]
 
 
-PROGRESS_LINE = re.compile(r"^(\r?\[[#.]*\] )?conform \w+: \d+/\d+ traces, ")  # qlwf/progress.py
+PROGRESS_LINE = re.compile(r"^(\r?\[[#.]*\] )?conform \w+: \d+/\d+ traces, ")  # qlwf/support/progress.py
 
 
 def assert_one_interrupt_line(stderr: str, sig: signal.Signals) -> None:

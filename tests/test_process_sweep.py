@@ -1,4 +1,4 @@
-"""conformance/process_sweep.py on its own: reading /proc, sweeping from a root, a quiet group (decisions
+"""conformance/processes/sweep.py on its own: reading /proc, sweeping from a root, a quiet group (decisions
 Q-130, Q-134). The end-to-end cases (drivers that leave processes behind) are in tests/test_exec_backend.py
 and tests/test_driver_keeper.py."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from qlwf.conformance import process_sweep
+from qlwf.conformance.processes import sweep as process_sweep
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sweep reads Linux's /proc")
 

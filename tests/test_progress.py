@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qlwf.progress import Progress, interactive
+from qlwf.support.progress import Progress, interactive
 
 
 class Tty(io.StringIO):

@@ -21,7 +21,7 @@ from qlwf.proofs.results import PROVED, VIOLATED, Result
 from qlwf.proofs.rules import Transition
 from qlwf.proofs.transitions import COMMANDS, Semantics
 
-from qlwf import cmd_prove
+from qlwf.cli import prove as cmd_prove
 
 BOUND = 3
 

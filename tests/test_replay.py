@@ -9,12 +9,12 @@ import pytest
 from hypothesis import Phase
 from qlwf.conformance.checkers.explore import Config, build_plan, dag_shapes, explore
 from qlwf.conformance.checkers.replay import ReplayError, Snapshot, replay_trace, state_diff
+from qlwf.conformance.exec.protocol_schema import document_problems
 from qlwf.conformance.mutants import Mutant, by_name
-from qlwf.conformance.protocol_schema import document_problems
-from qlwf.conformance.trace import Trace, advance, command, load
+from qlwf.conformance.traces.format import Trace, advance, command, load
 from qlwf.model.invariants import consistent_binding
 
-from qlwf import cmd_explore
+from qlwf.cli import explore as cmd_explore
 
 
 def mutant(name: str) -> Mutant:

@@ -29,7 +29,7 @@ from qlwf.model.oracle import consult
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "support" / "rule_change_probe.py"
-TRACE = "conformance/corpus/adr0228-timeout-mapping.json"
+TRACE = "conformance/traces/corpus/adr0228-timeout-mapping.json"
 OLD_ROW = '("pending", False): _CANCELLED, ("pending", True): _CANCELLED,'
 NEW_ROW = '("pending", False): _CANCELLED, ("pending", True): _TIMED_OUT,'
 PACKAGES = {"model": "model", "proofs": "proofs", "impl": "impl", "conformance": "conformance"}
@@ -78,7 +78,8 @@ def differences(a: Any, b: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[
 
 
 def manifest_shapes() -> dict[str, Any]:
-    shapes: dict[str, Any] = json.loads((REPO / "model" / "explore_manifest.json").read_text())["shapes"]
+    manifest = REPO / "conformance" / "checkers" / "explore_manifest.json"
+    shapes: dict[str, Any] = json.loads(manifest.read_text())["shapes"]
     return shapes
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.trace import model_step
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import model_step
 from qlwf.model import cancellation, cmd_cancel, cmd_frontier, frontier, rules
 from qlwf.model import tables as T
 from qlwf.model.errors import QlwfError

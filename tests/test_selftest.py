@@ -10,9 +10,9 @@ import pytest
 from qlwf.conformance.mutants import LAYERS
 from qlwf.conformance.mutants.manifest import by_name
 
-from qlwf import selftest
-from qlwf.checks import CHECKS
-from qlwf.selftest import FAULTS, Fault, NotPlanted
+from qlwf.gate import selftest
+from qlwf.gate.checks import CHECKS
+from qlwf.gate.selftest import FAULTS, Fault, NotPlanted
 
 
 def _nothing() -> None:
@@ -24,7 +24,7 @@ def _gone() -> None:
 
 
 def _break_vectors() -> None:
-    from qlwf import vectors
+    from qlwf.gate import vectors
 
     vectors.EXPECTED[next(iter(vectors.EXPECTED))] = "wrong"
 
@@ -37,7 +37,7 @@ def test_a_fault_counts_only_when_its_check_fails(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(selftest, "FAULTS", (fault,))
     (result,) = selftest.self_test()
     assert result.status == status, result.summary
-    from qlwf import vectors
+    from qlwf.gate import vectors
 
     assert "wrong" not in vectors.EXPECTED.values()  # the fault never leaked into this process
 
@@ -102,7 +102,7 @@ def test_a_driver_that_breaks_after_a_divergence_reports_the_divergence_first(
 ])
 def test_a_fault_with_several_tries_counts_when_any_run_fails(monkeypatch: pytest.MonkeyPatch, fails_on: int,
                                                                tries: int, status: str, note: str) -> None:
-    from qlwf.gate import Check, Evidence
+    from qlwf.gate.verdict import Check, Evidence
 
     runs = []
 
@@ -127,7 +127,7 @@ def test_a_fault_that_ends_first_frees_its_slot_at_once(monkeypatch: pytest.Monk
     nothing and is not caught)."""
     import time
 
-    from qlwf.gate import Check, Evidence
+    from qlwf.gate.verdict import Check, Evidence
 
     marker = tmp_path / "third-ran"
 
@@ -161,9 +161,9 @@ def test_the_in_process_model_faults_plant_and_their_check_fails(name: str) -> N
     assigns left the fault a no-op, found only by the CI self-test."""
     program = (
         "import sys\n"
-        "from qlwf.checks import CHECKS\n"
-        "from qlwf.gate import run_checks\n"
-        "from qlwf.selftest import FAULTS\n"
+        "from qlwf.gate.checks import CHECKS\n"
+        "from qlwf.gate.verdict import run_checks\n"
+        "from qlwf.gate.selftest import FAULTS\n"
         f"fault = next(f for f in FAULTS if f.name == {name!r})\n"
         "fault.plant()\n"
         "check = next(c for c in CHECKS if c.name == fault.check)\n"

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import layout, render, render_svg, runner
-from qlwf.conformance.trace import Trace, corruption, load, model_step, save
+from qlwf.conformance.report import layout, render
+from qlwf.conformance.report import svg as render_svg
+from qlwf.conformance.traces.corpus import CORPUS_DIR
+from qlwf.conformance.traces.format import Trace, corruption, load, model_step, save
 
-from qlwf.cli import main as cli
+from qlwf.cli.entry import main as cli
 
-CORPUS = sorted(runner.CORPUS_DIR.glob("*.json"))
-READIED = runner.CORPUS_DIR / "adr0226-dependency-readied.json"
+CORPUS = sorted(CORPUS_DIR.glob("*.json"))
+READIED = CORPUS_DIR / "adr0226-dependency-readied.json"
 
 
 def recorded_statuses(trace: Trace, upto: int) -> dict[tuple[str, str], str]:
@@ -212,7 +214,7 @@ def test_show_command_quotes_paths() -> None:
 def test_explore_counterexample_prints_show(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from qlwf.conformance.mutants import by_name
 
-    from qlwf import cmd_explore
+    from qlwf.cli import explore as cmd_explore
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
     plant = by_name("requeue_keeps_epoch").plant
@@ -238,7 +240,7 @@ def test_the_gates_conformance_check_saves_and_names_its_counterexample(monkeypa
     from qlwf.conformance import backends
     from test_conformance import BrokenBackend
 
-    from qlwf import checks
+    from qlwf.gate import checks
 
     monkeypatch.setenv("QLWF_TRACE_DIR", str(tmp_path))
     backends.register("broken-gate", BrokenBackend, "test only")

@@ -17,11 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from qlwf.conformance import runner
-from qlwf.conformance.generators import generate
-from qlwf.conformance.trace import load, save
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.traces.corpus import CORPUS_DIR
+from qlwf.conformance.traces.format import load, save
 
-from qlwf.cli import main as cli
+from qlwf.cli.entry import main as cli
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -62,7 +62,7 @@ def test_console_errors_are_seen(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", [*TRACES, "generated-3"])
 def test_html_loads_cleanly_and_shows_every_step_key(name: str, tmp_path: Path) -> None:
     exe = chromium()
-    source = runner.CORPUS_DIR / f"{name}.json"
+    source = CORPUS_DIR / f"{name}.json"
     if name.startswith("generated-"):  # several workflows in one trace
         source = tmp_path / f"{name}.json"
         save(generate(int(name.split("-")[1])), source)

@@ -8,7 +8,7 @@ below runs the model twice, with the speed-ups and on the plain path (`plain_mod
 speed-up off), and requires the same answer, compared by `repr` (so 1, 1.0 and True differ, and so
 does key order):
 
-* a generated trace (conformance/generators.py `traces`) replayed both ways: the same outcome, rules
+* a generated trace (conformance/generate/sequences.py `traces`) replayed both ways: the same outcome, rules
   and state after every step, and the same violations on every state, where the fast side reuses
   the invariants' per-record parts across the states as the explorer and the stateful machine do;
 * each state corrupted (a field of one record flipped to an odd value, a digest broken, a key
@@ -42,8 +42,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from qlwf.conformance.generators import GeneratorConfig, traces
-from qlwf.conformance.trace import Trace, model_step
+from qlwf.conformance.generate.sequences import GeneratorConfig, traces
+from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.model import speedups
 from qlwf.model.errors import QlwfError
 from qlwf.model.invariants import check_invariants

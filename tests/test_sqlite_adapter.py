@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.impl.port import SNAPSHOT_KINDS, CommandPort, DatabaseClock, FixedClock
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.authority import OperationAuthority

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from qlwf.conformance import plans
+from qlwf.conformance.generate import plans
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model.canonical import canonical_text
 from qlwf.model.errors import QlwfError

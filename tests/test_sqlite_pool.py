@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from qlwf.conformance import backends, runner
-from qlwf.conformance.lockstep import LockstepResult, load_invariant_check, run_lockstep
-from qlwf.conformance.trace import Trace
+from qlwf.conformance import backends
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import LockstepResult, load_invariant_check, run_lockstep
+from qlwf.conformance.traces.format import Trace
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.memory import MemoryStorePool, open_memory_database
 from qlwf.impl.sqlite.store import SqliteStore

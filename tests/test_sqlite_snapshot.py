@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 import pytest
-from qlwf.conformance import lockstep, runner
-from qlwf.conformance.trace import Trace, model_step
+from qlwf.conformance.lockstep import compare as lockstep
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.impl.port import SNAPSHOT_KINDS
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.codec import STEP_RUNS

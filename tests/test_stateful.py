@@ -16,14 +16,14 @@ from hypothesis.stateful import RuleBasedStateMachine
 from qlwf.conformance.stateful import machine as stateful_machine
 from qlwf.conformance.stateful.machine import COVERAGE, WorkflowMachine
 
-from qlwf.preload import load_every_module
+from qlwf.support.preload import load_every_module
 
 __all__ = ["WorkflowMachine", "run_machine"]  # tests/test_mutants.py, tests/test_replay.py, bench/ use them
 
 
 def run_machine(machine: type[RuleBasedStateMachine] = WorkflowMachine, **overrides: Any) -> None:
     """The machine under the current profile, every module of the distribution loaded first (decisions
-    Q-113; the loading is the application's, qlwf/preload.py, which conformance may not import)."""
+    Q-113; the loading is the application's, qlwf/support/preload.py, which conformance may not import)."""
     load_every_module()
     stateful_machine.run_machine(machine, **overrides)
 
@@ -64,7 +64,7 @@ def test_a_derandomized_run_does_not_depend_on_what_the_process_imported_before(
     program = ("import importlib, json, sys\n"
                "for name in sys.argv[1:]: importlib.import_module(name)\n"
                "from qlwf.conformance.stateful.machine import WorkflowMachine, run_machine\n"
-               "from qlwf.preload import load_every_module\n"
+               "from qlwf.support.preload import load_every_module\n"
                "steps = []\n"
                "class Counted(WorkflowMachine):\n"
                "    coverage = None\n"
@@ -75,5 +75,5 @@ def test_a_derandomized_run_does_not_depend_on_what_the_process_imported_before(
                "print(json.dumps(steps))\n")
     runs = [json.loads(subprocess.run([sys.executable, "-c", program, *imports], capture_output=True, text=True,
                                       timeout=300, check=True).stdout)
-            for imports in ([], ["qlwf.cmd_oracle", "qlwf.conformance.oracle_fuzz"])]
+            for imports in ([], ["qlwf.oracle.protocol", "qlwf.conformance.checkers.oracle_fuzz"])]
     assert runs[0] == runs[1]

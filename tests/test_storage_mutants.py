@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import backends, runner
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
+from qlwf.conformance import backends
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
 from qlwf.conformance.mutants import Mutant, NotPlanted
 from qlwf.conformance.mutants import storage as S
 from qlwf.impl.port import CommandPort

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from qlwf.conformance.checkers import explore
-from qlwf.conformance.fork_pool import WorkerDied
+from qlwf.conformance.processes.fork_pool import WorkerDied
 
-from qlwf import cli
-from qlwf.cli import EXIT_INTERNAL, EXIT_OS, main
-from qlwf.gate import EXIT_UNKNOWN, Check, Evidence, exit_code, run_checks
+from qlwf.cli import entry as cli
+from qlwf.cli.entry import EXIT_INTERNAL, EXIT_OS, main
+from qlwf.gate.verdict import EXIT_UNKNOWN, Check, Evidence, exit_code, run_checks
 
 
 def _killed_on_the_two_step_chain(job: tuple[Any, ...]) -> Any:

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from qlwf.conformance.traces.corpus import CORPUS_DIR
 
-from qlwf.cli import main
+from qlwf.cli.entry import main
 
-CORPUS_TRACE = Path(__file__).resolve().parent.parent / "conformance" / "corpus" / "adr0226-dependency-readied.json"
+CORPUS_TRACE = CORPUS_DIR / "adr0226-dependency-readied.json"
 TRACE_HEAD = '{"format":"qlwf-trace","version":1,"initialClock":1,"steps":'
 BAD_FILES: dict[str, tuple[Callable[[Path], object], str]] = {
     "deep nesting": (lambda p: p.write_text("[" * 100_000 + "]" * 100_000),

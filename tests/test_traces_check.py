@@ -12,20 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance import drift_mirror
 from qlwf.conformance.checkers.replay import replay_trace
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lockstep import run_lockstep
-from qlwf.conformance.model_port import ModelPort
+from qlwf.conformance.exec.protocol_schema import SCHEMA_DIR, document_problems
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep.compare import run_lockstep
+from qlwf.conformance.lockstep.model_port import ModelPort
 from qlwf.conformance.mutants import by_name
-from qlwf.conformance.protocol_schema import SCHEMA_DIR, document_problems
-from qlwf.conformance.runner import CORPUS_DIR
-from qlwf.conformance.trace import TraceFormatError, from_json, load, record
-from qlwf.conformance.trace_check import check_document, check_file, claimed_state
+from qlwf.conformance.traces import drift_mirror
+from qlwf.conformance.traces.check import check_document, check_file, claimed_state
+from qlwf.conformance.traces.corpus import CORPUS_DIR
+from qlwf.conformance.traces.format import TraceFormatError, from_json, load, record
 from qlwf.impl.port import COMMAND_NAMES
 from qlwf.model.records import KIND_KEYS
 
-from qlwf import cli
+from qlwf.cli import entry as cli
 
 Doc = dict[str, Any]
 CORPUS_FILES = sorted(CORPUS_DIR.glob("*.json"))
@@ -113,7 +113,7 @@ def test_schema_rejects(edit: Any) -> None:
     assert document_problems("trace", doc) != []
     result = check_document(doc, "edited.json")
     assert result.status == "invalid" and result.exit_code == 2
-    assert result.problems[0].startswith("schema conformance/schema/trace.json: ")
+    assert result.problems[0].startswith("schema conformance/exec/schema/trace.json: ")
 
 
 def test_a_trace_from_before_atms_is_reported_invalid_but_still_loads_and_replays() -> None:

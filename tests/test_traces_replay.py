@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qlwf.conformance.generators import generate
-from qlwf.conformance.lockstep import run_lockstep
-from qlwf.conformance.trace import load
-from qlwf.conformance.trace_export import corpus_inputs, export, selected
+from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.lockstep.compare import run_lockstep
+from qlwf.conformance.traces.export import corpus_inputs, export, selected
+from qlwf.conformance.traces.format import load
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.impl.sqlite.store import SqliteStore
 from support import trace_replayer

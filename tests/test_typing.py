@@ -35,7 +35,7 @@ def package_tree(dest: Path) -> Path:
 def test_the_package_tree_mirrors_the_install(tmp_path: Path) -> None:
     tree = package_tree(tmp_path / "tree") / "qlwf"
     assert (tree / "model" / "state.py").resolve() == ROOT / "model" / "state.py"
-    assert (tree / "cli.py").resolve() == ROOT / "qlwf" / "cli.py"
+    assert (tree / "cli" / "entry.py").resolve() == ROOT / "qlwf" / "cli" / "entry.py"
     assert {p.name for p in tree.iterdir()} >= {"model", "proofs", "impl", "conformance", "campaign"}
 
 

@@ -41,7 +41,7 @@ def test_a_driver_command_runs_in_qlwfs_environment(tmp_path: Path) -> None:
 
 
 def test_check_help_lists_checks_profiles_exit_codes_and_postgres(tmp_path: Path) -> None:
-    from qlwf.checks import CHECKS
+    from qlwf.gate.checks import CHECKS
 
     out = wrapper("check", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -179,7 +179,7 @@ def test_the_package_builds_quietly_with_its_data(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("qlwf-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for required in ("qlwf/impl/sqlite/schema.sql", "qlwf/impl/postgres/schema.sql",
-                     "qlwf/model/explore_manifest.json", "qlwf/campaign/shards.py",
+                     "qlwf/conformance/checkers/explore_manifest.json", "qlwf/campaign/shards.py",
                      "qlwf/conformance/stateful/machine.py"):
         assert required in names
-    assert any(n.startswith("qlwf/conformance/corpus/") and n.endswith(".json") for n in names)
+    assert any(n.startswith("qlwf/conformance/traces/corpus/") and n.endswith(".json") for n in names)

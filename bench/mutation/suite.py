@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qlwf.conformance import runner
-from qlwf.conformance.lockstep import load_invariant_check, run_lockstep
+from qlwf.conformance.lockstep import runner
+from qlwf.conformance.lockstep.compare import load_invariant_check, run_lockstep
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ A backend is one package plus one `register(...)` call. An entry says:
 * `gate` — the gate checks it contributes (`GateEntry`: check name, kind, parameters per profile),
   on `leg` (what `qlwf check --skip LEG` leaves out).
 
-The gate (qlwf/checks.py), `qlwf conform` / `qlwf replay` and tests/test_backends.py iterate this
+The gate (qlwf/gate/checks.py), `qlwf conform` / `qlwf replay` and tests/test_backends.py iterate this
 registry; nothing else names a backend. `QLWF_BACKEND_MODULES=pkg.mod,...` imports further modules
 that register backends of their own (a plugin outside this repository, or a test's throwaway one).
 """
@@ -92,13 +92,13 @@ POSTGRES = lazy_provisioner("qlwf.conformance.backends.postgres:PostgresProvisio
 
 register("sqlite", "qlwf.conformance.backends.sqlite:SqliteBackend", "SQLite, one in-memory database per trace",
          capabilities=frozenset({"snapshot", "lost_commits", "crash_points", "concurrency", "transaction_log"}),
-         crashes="qlwf.conformance.crashes:gate_crashes",
+         crashes="qlwf.conformance.faults.sqlite_crashes:gate_crashes",
          concurrency="qlwf.impl.sqlite.concurrency:SqliteConcurrencyHost",
          gate=(GateEntry("conform-sqlite", "conform", "corpus + generated traces, SQLite vs model, every step",
                          {"traces": 800, "jobs": 2}, {"traces": 1500, "jobs": 2}),
                GateEntry("faults-sqlite", "faults", "lost commit responses and crashes at every statement boundary")))
 register("model", "qlwf.conformance.backends.model:ModelBackend", "the reference model itself")
-register("exec-sqlite", "qlwf.conformance.exec_port:sqlite_driver",
+register("exec-sqlite", "qlwf.conformance.exec.port:sqlite_driver",
          "the SQLite reference driver (python -m qlwf.impl.sqlite.driver) over qlwf-backend@1",
          capabilities=frozenset({"snapshot", "driver"}),
          gate=(GateEntry("exec-sqlite", "conform",
@@ -108,7 +108,7 @@ register("postgres", "qlwf.conformance.backends.postgres:PostgresBackend",
          "PostgreSQL (QLWF_PG_DSN or a throwaway cluster), one database emptied per trace",
          provisioner=POSTGRES, leg="postgres",
          capabilities=frozenset({"snapshot", "lost_commits", "crash_points", "concurrency", "transaction_log"}),
-         crashes="qlwf.conformance.pg_crashes:gate_crashes",
+         crashes="qlwf.conformance.faults.pg_crashes:gate_crashes",
          concurrency="qlwf.conformance.backends.postgres:PostgresConcurrencyHost",
          gate=(GateEntry("conform-postgres", "conform", "corpus + generated traces, PostgreSQL vs model, every step",
                          {"traces": 30, "jobs": 1}, {"traces": 120, "jobs": 1}),
@@ -119,10 +119,10 @@ register("postgres", "qlwf.conformance.backends.postgres:PostgresBackend",
                GateEntry("faults-postgres", "faults",
                          "lost commit responses, backend kills at every statement, server crashes",
                          {"invariants": False}, {"invariants": False})))
-register("exec", "qlwf.conformance.exec_port:unconfigured",
+register("exec", "qlwf.conformance.exec.port:unconfigured",
          "an external driver speaking qlwf-backend@1 over stdin/stdout (--driver CMD)",
          capabilities=frozenset({"snapshot", "driver"}))
-register("exec-postgres", "qlwf.conformance.exec_port:postgres_driver",
+register("exec-postgres", "qlwf.conformance.exec.port:postgres_driver",
          "the PostgreSQL reference driver (python -m qlwf.conformance.drivers.postgres) over qlwf-backend@1",
          provisioner=POSTGRES, leg="postgres", capabilities=frozenset({"snapshot", "driver"}))
 

@@ -9,7 +9,7 @@ class ModelBackend:
     """The model behind the port (a self-check of the harness and of recorded traces)."""
 
     def open(self) -> CommandPort:
-        from ..model_port import ModelPort
+        from qlwf.conformance.lockstep.model_port import ModelPort
 
         return ModelPort()
 

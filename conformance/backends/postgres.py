@@ -84,7 +84,7 @@ class PostgresBackend:
 
 
 def _lost(conninfo: str) -> str | None:
-    from ..outage import unanswered
+    from qlwf.conformance.faults.outage import unanswered
 
     why = unanswered(conninfo)
     return None if why is None else f"the PostgreSQL server stopped answering during the run: {why}"
@@ -129,7 +129,7 @@ class PostgresConcurrencyStore:
     transient: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
 
     def __init__(self, server: PgServer) -> None:
-        from ..concurrency import StoreSetupFailed
+        from qlwf.conformance.concurrency.harness import StoreSetupFailed
 
         self._server = server
         self._name = unique_database_name("qlwf_concurrency")
@@ -148,7 +148,7 @@ class PostgresConcurrencyStore:
             raise StoreSetupFailed(f"cannot set up the database: {one_line(e)}") from e
 
     def port(self, k: int, clock: Clock, variant: str, observer: Observer) -> PostgresAdapter:
-        from ..concurrency_variants import VARIANTS
+        from qlwf.conformance.concurrency.variants import VARIANTS
 
         chosen = VARIANTS[variant]
         # the port owns its pool of K connections: closing the port closes it
@@ -156,12 +156,12 @@ class PostgresConcurrencyStore:
                                pool_size=k, observer=observer)
 
     def probe(self) -> bool:
-        from ..outage import probe
+        from qlwf.conformance.faults.outage import probe
 
         return probe(self.conninfo)
 
     def quiet(self) -> contextlib.AbstractContextManager[None]:
-        from ..outage import quiet_pool
+        from qlwf.conformance.faults.outage import quiet_pool
 
         return quiet_pool()
 
@@ -174,7 +174,7 @@ class PostgresConcurrencyStore:
 
 
 class PostgresConcurrencyHost:
-    """The `concurrency` capability of the postgres backend (conformance/concurrency.py)."""
+    """The `concurrency` capability of the postgres backend (conformance/concurrency/harness.py)."""
 
     name = "postgres"
 
@@ -183,7 +183,7 @@ class PostgresConcurrencyHost:
 
     @property
     def variants(self) -> dict[str, str]:
-        from ..concurrency_variants import VARIANTS
+        from qlwf.conformance.concurrency.variants import VARIANTS
 
         return {name: v.description for name, v in VARIANTS.items()}
 
@@ -192,7 +192,7 @@ class PostgresConcurrencyHost:
 
     def capacity_problem(self, k: int) -> str | None:
         """K pooled connections plus one for the harness (outage probes) must fit the server."""
-        from ..outage import connection_headroom
+        from qlwf.conformance.faults.outage import connection_headroom
 
         headroom = connection_headroom(self.server.dsn())
         if k + 1 > headroom.available:

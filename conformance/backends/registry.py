@@ -81,7 +81,7 @@ LOCAL = Provisioner()
 
 @dataclass(frozen=True)
 class GateEntry:
-    check: str  # the check's name in the gate (and in model/gate_evidence.json)
+    check: str  # the check's name in the gate (and in qlwf/gate/evidence_floors.json)
     kind: str  # one of GATE_KINDS
     description: str
     quick: Mapping[str, Any] = field(default_factory=dict)  # the kind's parameters in the quick profile

@@ -62,13 +62,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from qlwf.conformance.processes.fork_pool import ForkPool
 from qlwf.model import tables as T
 from qlwf.model.invariants import Violation, check_invariants, consistent_binding, reusing_record_checks
 from qlwf.model.records import Record, sign_plan, task_definition_ref
 from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
-from ..fork_pool import ForkPool
 from .liveness import drain, lease_horizon
 
 Edge = tuple[int, int]
@@ -540,7 +540,7 @@ def shape_size(name: str) -> int:
 
 def manifest_counts(report: ExploreReport) -> dict[str, Any]:
     """Per-shape counts, the totals for every K up to report.max_steps, and the totals of the selected
-    families of larger K the report explored (model/explore_manifest.json)."""
+    families of larger K the report explored (conformance/checkers/explore_manifest.json)."""
     return counts_of_shapes({r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes},
                             report.max_steps)
 
@@ -748,7 +748,8 @@ def _pinned_transitions() -> dict[str, int]:
     """Per shape, the transitions the manifest pins (only to hand out the largest shapes first)."""
     from importlib import resources
     try:
-        text = resources.files("qlwf.model").joinpath("explore_manifest.json").read_text(encoding="utf-8")
+        manifest = resources.files("qlwf.conformance.checkers").joinpath("explore_manifest.json")
+        text = manifest.read_text(encoding="utf-8")
         return {name: int(c["transitions"]) for name, c in json.loads(text)["shapes"].items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}

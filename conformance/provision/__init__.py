@@ -2,7 +2,7 @@
 
 Layer: conformance. It may import `qlwf.model`, `qlwf.impl` (here: the DSN variable and the
 "no server" error of `qlwf.impl.postgres.dsn`, which the product's DSN check raises too) and
-`qlwf.proofs`; nothing of the application (`qlwf.cli`, the gate). impl never imports it.
+`qlwf.proofs`; nothing of the application (`qlwf.cli.entry`, the gate). impl never imports it.
 
 The PostgreSQL implementation must be exercised against a real server (storage.md §6.2 relies on
 SERIALIZABLE, advisory locks and SQLSTATEs), but tests must not depend on a server someone set up

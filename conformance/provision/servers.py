@@ -1,5 +1,5 @@
 """What a provisioned server offers (`PgServer`), and the servers of this process, stopped at exit
-or on an interrupt (`stop_all`; `qlwf` calls it from its signal handler, qlwf/cli.py)."""
+or on an interrupt (`stop_all`; `qlwf` calls it from its signal handler, qlwf/cli/entry.py)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,9 @@ from hypothesis.stateful import (
 )
 from qlwf.conformance.checkers.explore import build_plan
 from qlwf.conformance.checkers.liveness import cancelling_runs, drain, sweep_problems
+from qlwf.conformance.report.render import show_command, trace_dir
+from qlwf.conformance.traces.export import record_for_saving
+from qlwf.conformance.traces.format import Trace, advance, command, save
 from qlwf.model import tables as T
 from qlwf.model.invariants import check_invariants, reusing_record_checks
 from qlwf.model.memo import trusting_record_identity
@@ -42,9 +45,6 @@ from qlwf.model.records import Record
 from qlwf.model.state import State
 from qlwf.model.system import Outcome, advance_time, apply
 
-from ..render import show_command, trace_dir
-from ..trace import Trace, advance, command, save
-from ..trace_export import record_for_saving
 from . import world as W
 from .coverage import witnesses
 from .postconditions import check_outcome
@@ -534,5 +534,5 @@ def run_machine(machine: type[RuleBasedStateMachine] = WorkflowMachine, **overri
     """Run the machine under the current profile (HYPOTHESIS_PROFILE), optionally overriding settings.
 
     For the same draws in every process, load every module of the distribution first
-    (`qlwf.preload.load_every_module`, decisions Q-113): the campaign's shard and the test session do."""
+    (`qlwf.support.preload.load_every_module`, decisions Q-113): the campaign's shard and the test session do."""
     run_state_machine_as_test(machine, settings=settings(settings.default, **overrides))

@@ -1,7 +1,7 @@
 """Drift injection shared by the backends (impl.port.FaultInjection): how a patch rewrites a record.
 
 A `corrupt` step overwrites one stored record behind the commands' back; columns and JSON mirrors are
-rewritten together (a record-level drift the model mirrors in conformance/drift_mirror.py). Digests are
+rewritten together (a record-level drift the model mirrors in conformance/traces/drift_mirror.py). Digests are
 not recomputed: that is the drift.
 """
 

@@ -14,7 +14,7 @@ A compare-and-set that matched no row fails on the server with SQLSTATE `CAS_FAI
 `ql3.require_one_row`), which aborts the rest of its batch, COMMIT included; it is raised here as
 `ConcurrentChange` (storage.md §5).
 
-`Boundaries` is the crash harness's hook (conformance/pg_crashes.py): it sees every statement just
+`Boundaries` is the crash harness's hook (conformance/faults/pg_crashes.py): it sees every statement just
 before it goes out and may interrupt there; the statements of the batch before that point are sent
 first (the server ran them), the rest after the interruption.
 """

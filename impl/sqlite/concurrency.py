@@ -1,4 +1,4 @@
-"""The `concurrency` capability of the sqlite backend (conformance/concurrency.py).
+"""The `concurrency` capability of the sqlite backend (conformance/concurrency/harness.py).
 
 K worker threads share one `SqliteAdapter` on a file database in WAL mode: its FIFO operation
 authority serializes them (storage.md §6.1), so the check proves that the history the authority

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from qlwf.conformance.fork_pool import ForkPool, Outcome
+from qlwf.conformance.processes.fork_pool import ForkPool, Outcome
 
 from .code_digest import code_digest
 from .shards import Shard, ShardResult, error_line, run_shard

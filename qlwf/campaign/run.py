@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from qlwf import stdio
-from qlwf.conformance.visible import visible
-from qlwf.progress import Progress
+from qlwf.conformance.report.visible import visible
+from qlwf.support import stdio
+from qlwf.support.progress import Progress
 
 from .executors import Executor, ShardLost
 from .shards import KINDS, TRACE_NAME, Budget, Finding, Shard, ShardResult, plan
@@ -83,7 +83,7 @@ def prepare_legs(cfg: CampaignConfig) -> Legs:
 
 
 class CampaignProgress(Progress):
-    """The shared progress line (qlwf/progress.py), counting shards, steps, states and findings."""
+    """The shared progress line (qlwf/support/progress.py), counting shards, steps, states and findings."""
 
     def __init__(self, cfg: CampaignConfig, stream: TextIO | None = None, live: bool | None = None) -> None:
         super().__init__("campaign", cfg.max_shards or 0, stream, live=live)

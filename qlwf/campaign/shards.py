@@ -203,7 +203,7 @@ def _stateful(shard: Shard, result: ShardResult) -> None:
     from hypothesis.stateful import get_state_machine_test
 
     from qlwf.conformance.stateful.machine import WorkflowMachine
-    from qlwf.preload import load_every_module
+    from qlwf.support.preload import load_every_module
 
     load_every_module()  # the same Hypothesis constants in every process (decisions Q-113)
 
@@ -264,10 +264,10 @@ def _trace_finding(shard: Shard, message: str, text: str) -> Finding:
 
 
 def _conform(backend: str, shard: Shard, result: ShardResult) -> None:
-    from qlwf.conformance import runner
-    from qlwf.conformance.generators import generate
-    from qlwf.conformance.trace import Trace, dumps
-    from qlwf.conformance.trace_export import record_for_saving
+    from qlwf.conformance.generate.sequences import generate
+    from qlwf.conformance.lockstep import runner
+    from qlwf.conformance.traces.export import record_for_saving
+    from qlwf.conformance.traces.format import Trace, dumps
 
     if shard.pg_dsn is not None and "QLWF_PG_DSN" not in os.environ:
         os.environ["QLWF_PG_DSN"] = shard.pg_dsn  # a Dask worker: the server the campaign was given
@@ -298,8 +298,8 @@ def _conform_postgres(shard: Shard, result: ShardResult) -> None:
 
 
 def _oracle(shard: Shard, result: ShardResult) -> None:
-    from qlwf.cmd_oracle import answer_bytes
-    from qlwf.conformance.oracle_fuzz import Fuzzer, check_answer
+    from qlwf.conformance.checkers.oracle_fuzz import Fuzzer, check_answer
+    from qlwf.oracle.protocol import answer_bytes
 
     pool = oracle_pool(shard.plant)
     fuzzer = Fuzzer(random.Random(shard.seeds[0]), [(fn, inp) for fn, inp, _ in pool])
@@ -322,10 +322,10 @@ def oracle_pool(plant: str | None = None) -> list[tuple[str, Any, Any]]:
     cancellation snapshots of the golden corpus that the oracle resolves (a frontier request for a
     cancelling Run is rightly refused, so it is no valid line) and the plans of the explorer's shapes."""
     if plant not in _POOLS:
-        from qlwf.conformance.diff_sources import corpus_inputs
-        from qlwf.conformance.runner import CORPUS_DIR
+        from qlwf.conformance.traces.corpus import CORPUS_DIR
         from qlwf.model.errors import QlwfError
         from qlwf.model.oracle import consult
+        from qlwf.review.sources import corpus_inputs
 
         requests = [(item["fn"], item["input"]) for item in corpus_inputs(CORPUS_DIR)]
         ex = explorer()
@@ -345,8 +345,8 @@ def oracle_pool(plant: str | None = None) -> list[tuple[str, Any, Any]]:
 
 def _explore(shard: Shard, result: ShardResult) -> None:
     from qlwf.conformance.stateful.postconditions import transition_problems
-    from qlwf.conformance.trace import Trace, dumps
-    from qlwf.conformance.trace_export import record_for_saving
+    from qlwf.conformance.traces.export import record_for_saving
+    from qlwf.conformance.traces.format import Trace, dumps
     ex = explorer()
     if shard.shape is None:  # plan() gives every explorer shard its shape
         raise ValueError(f"explorer shard {shard.name} has no DAG shape")

@@ -16,7 +16,7 @@ from qlwf.conformance.stateful.coverage import witnesses
 from qlwf.conformance.stateful.postconditions import transition_problems
 from qlwf.model.state import State
 
-MANIFEST = Path(__file__).resolve().parents[2] / "model" / "explore_manifest.json"
+MANIFEST = Path(__file__).resolve().parents[2] / "conformance" / "checkers" / "explore_manifest.json"
 
 
 def load_manifest() -> dict[str, Any]:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qlwf.conformance import runner
 from qlwf.conformance.checkers import explore as E
+from qlwf.conformance.lockstep import runner
 from qlwf.model import tables as T
 from qlwf.model.oracle import consult
 from qlwf.proofs import crosscheck
@@ -25,7 +25,8 @@ from qlwf.proofs.tables_view import Tables
 
 def main(root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"tables": T.__file__}
-    corpus = runner.run_traces("sqlite", runner.corpus_traces(root / "conformance" / "corpus"), invariants=False)
+    corpus_dir = root / "conformance" / "traces" / "corpus"
+    corpus = runner.run_traces("sqlite", runner.corpus_traces(corpus_dir), invariants=False)
     out["corpus"] = {"traces": len(corpus.results),
                      "divergences": [{"trace": r.trace, "step": r.divergence.step_index, "kind": r.divergence.kind,
                                       "text": r.divergence.render()}

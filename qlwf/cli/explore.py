@@ -1,0 +1,142 @@
+"""`qlwf explore`: exhaustive small-scope exploration of the model (conformance/checkers/explore.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from qlwf.cli.argtypes import integer, processes
+from qlwf.conformance.checkers.explore import (
+    FULL,
+    MAX_SHAPE_STEPS,
+    SELECTED,
+    Alphabet,
+    Config,
+    ExploreReport,
+    Finding,
+    Shape,
+    ShapeReport,
+    default_alphabet,
+    explore,
+    parse_shape,
+    scope_shapes,
+)
+from qlwf.conformance.report.render import show_command
+from qlwf.conformance.traces.export import record_for_saving
+from qlwf.conformance.traces.format import Trace, save
+
+DEFAULT_TRACE_DIR = "reports/counterexamples"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "explore", help="breadth-first search of every reachable state of every DAG shape with up to K steps",
+        description="Explore every reachable abstract state of one workflow for every DAG shape with 1..K steps "
+                    "(isomorphic shapes once), checking INV-1..31 and LIVE-1 on every state. Exit 0 when nothing "
+                    "was violated; counterexample traces are written to $QLWF_TRACE_DIR "
+                    f"(default {DEFAULT_TRACE_DIR}).")
+    p.add_argument("--max-steps", type=integer(1, MAX_SHAPE_STEPS), metavar="K",
+                   help=f"every shape of 1..K steps (at most {MAX_SHAPE_STEPS}); this or --shape is required")
+    p.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME",
+                   help="explore only this shape, named as the table names it ('3:a>b,c>b', '2:-') or any relabelling "
+                        "of it; repeatable, instead of --max-steps")
+    p.add_argument("--selected", type=_selected, action="append", default=[], metavar="K",
+                   help="also explore the selected family of K-step shapes pinned in the manifest "
+                        f"({'; '.join(f'{k}: {family}' for k, (family, _) in sorted(SELECTED.items()))}); repeatable. "
+                        "The full gate explores --max-steps 4 --selected 5")
+    p.add_argument("--depth", type=integer(1), default=None, metavar="D", help="stop the search at depth D")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--full", action="store_true",
+                   help="give every shape the full alphabet (two attempts and lease generations, deadlines, renew); "
+                        "much larger, for deep campaigns — the manifest pins the default alphabets")
+    p.add_argument("--jobs", type=processes(), default=min(2, os.cpu_count() or 1), metavar="J",
+                   help="explore shapes in J processes (default: 2 where there are two cores; the report is the same)")
+    p.set_defaults(func=run)
+
+
+def _full(_n_steps: int) -> Alphabet:
+    return FULL
+
+
+def _shape(text: str) -> Shape:
+    try:
+        return parse_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _selected(text: str) -> int:
+    value = int(text)
+    if value not in SELECTED:
+        raise argparse.ArgumentTypeError(f"no selected family of {value} steps (there are: {sorted(SELECTED)})")
+    return value
+
+
+def _progress(out: TextIO) -> Any:
+    def show(r: ShapeReport) -> None:
+        out.write(f"{r.shape:<22} {r.distinct_states:>8} {r.transitions:>10} {r.refusals:>9} {r.depth:>6} "
+                  f"{len(r.findings):>10}\n")
+        out.flush()
+    return show
+
+
+def write_counterexamples(findings: list[Finding], directory: str | Path) -> list[Path]:
+    """One trace file per finding (the first of each shape and kind), self-contained (qlwf-trace@1) when
+    the model can record it, replayable with the model."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    seen: set[tuple[str, str]] = set()
+    for f in findings:
+        if (f.shape, f.kind) in seen:
+            continue
+        seen.add((f.shape, f.kind))
+        t = f.trace()
+        name = f"explore-{f.shape.replace(':', '_').replace('>', '-').replace(',', '_')}-{f.kind}".lower()
+        path = root / f"{name}.json"
+        save(record_for_saving(Trace(t["description"], t["initialClock"], t["steps"], name)), path)
+        written.append(path)
+    return written
+
+
+def render(report: ExploreReport, out: TextIO) -> None:
+    s = report.summary()
+    out.write(f"{'total':<22} {s['distinct_states']:>8} {s['transitions']:>10} {s['refusals']:>9} {s['depth']:>6} "
+              f"{s['violations']:>10}\n")
+    out.write(f"distinct states {s['distinct_states']}, transitions {s['transitions']} ({s['refusals']} refused), "
+              f"depth {s['depth']}, {s['seconds']} s, {s['states_per_second']} states/s\n")
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    full = getattr(args, "full", False)
+    selected = tuple(sorted(set(getattr(args, "selected", []))))
+    named = tuple(dict.fromkeys(getattr(args, "shape", [])))  # each shape once, in the order given
+    if (args.max_steps is None) == (not named) or (named and selected):
+        print("qlwf explore: give either --max-steps K (with any --selected) or --shape NAME", file=sys.stderr)
+        return 2
+    shapes = named or (scope_shapes(args.max_steps, selected) if selected else None)
+    cfg = Config(max_steps=args.max_steps or max(n for n, _ in named), max_depth=args.depth,
+                 alphabet=_full if full else default_alphabet, shapes=shapes)
+    if not args.json:
+        out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
+    report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))
+    findings = report.findings
+    paths = write_counterexamples(findings, os.environ.get("QLWF_TRACE_DIR", DEFAULT_TRACE_DIR)) if findings else []
+    if args.json:
+        summary = report.summary()
+        summary["per_shape"] = [{"shape": r.shape, "distinct_states": r.distinct_states, "transitions": r.transitions,
+                                 "refusals": r.refusals, "depth": r.depth, "violations": len(r.findings)}
+                                for r in report.shapes]
+        summary["counterexamples"] = [str(p) for p in paths]
+        out.write(json.dumps(summary) + "\n")
+    else:
+        render(report, out)
+        for f in findings[:10]:
+            out.write(f"VIOLATION [{f.shape}] {f.kind}: {f.message}\n")
+        for p in paths:
+            out.write(f"counterexample trace: {p}\nrender it: {show_command(p)}\n")
+    return 1 if findings else 0
