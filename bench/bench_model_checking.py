@@ -54,7 +54,7 @@ def bench_explorer(max_steps: int, jobs: int, min_steps: int = 1) -> list[dict[s
 
 def bench_stateful(examples: int, steps: int) -> dict[str, Any]:
     import conftest  # noqa: F401  (registers the settings profiles)
-    import test_stateful
+    from support import stateful_run as test_stateful
 
     done = [0]
 

@@ -37,9 +37,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PATHS = {"sqlite": ("impl/commands", "impl/sqlite"),
                  "postgres": ("impl/postgres", "conformance/backends/postgres.py")}
 # Files no selection of this job reaches by design (they are exercised elsewhere): the process-boundary
-# driver (tests/test_exec_backend.py, the gate's exec check); the DSN check (tests/test_pg_server.py,
-# tests/test_pg_signals.py, tests/test_pg_security.py: the job brings its own server); the audit reader
-# (tests/test_audit.py). The cluster manager (conformance/provision/) and the PostgreSQL driver
+# driver (tests/conformance/exec/test_exec_backend.py, the gate's exec check); the DSN check
+# (tests/conformance/provision/test_pg_server.py, test_pg_signals.py, test_pg_security.py: the job brings its own
+# server); the audit reader
+# (tests/app/review/test_audit.py). The cluster manager (conformance/provision/) and the PostgreSQL driver
 # (conformance/drivers/postgres.py) lie outside every path.
 EXCLUDED = ("impl/sqlite/driver.py", "impl/postgres/dsn.py", "impl/postgres/readonly.py")
 TIMEOUT_S = {"sqlite": 120.0, "postgres": 300.0}
@@ -143,19 +144,24 @@ print(json.dumps({"files": files, "survivors": survivors, "pending": pending}))
 # Second pass: each survivor of the selection re-run against the wider tests of its file (those tests
 # are behavioural too; they are left out of the per-mutant selection only for its cost).
 WIDER_TESTS = {
-    "impl/sqlite/migrations.py": ["tests/test_sqlite_schema.py"],
-    "impl/sqlite/memory.py": ["tests/test_sqlite_schema.py", "tests/test_sqlite_adapter.py"],
-    "impl/sqlite/readonly.py": ["tests/test_audit.py"],
-    "impl/sqlite/drift_injection.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
-    "impl/commands/drift_patch.py": ["tests/test_conformance.py", "tests/test_sqlite_adapter.py"],
-    "conformance/backends/postgres.py": ["tests/test_pg_concurrency.py", "tests/test_backends.py"],
-    "impl/postgres/failures.py": ["tests/test_pg_adapter.py", "tests/test_pg_outage.py"],
-    "impl/postgres/database.py": ["tests/test_pg_adapter.py", "tests/test_pg_outage.py"],
+    "impl/sqlite/migrations.py": ["tests/impl/test_sqlite_schema.py"],
+    "impl/sqlite/memory.py": ["tests/impl/test_sqlite_schema.py", "tests/impl/test_sqlite_adapter.py"],
+    "impl/sqlite/readonly.py": ["tests/app/review/test_audit.py"],
+    "impl/sqlite/drift_injection.py": ["tests/conformance/lockstep/test_conformance.py",
+                                       "tests/impl/test_sqlite_adapter.py"],
+    "impl/commands/drift_patch.py": ["tests/conformance/lockstep/test_conformance.py",
+                                     "tests/impl/test_sqlite_adapter.py"],
+    "conformance/backends/postgres.py": ["tests/conformance/concurrency/test_pg_concurrency.py",
+                                         "tests/conformance/backends/test_backends.py"],
+    "impl/postgres/failures.py": ["tests/impl/test_pg_adapter.py", "tests/conformance/faults/test_pg_outage.py"],
+    "impl/postgres/database.py": ["tests/impl/test_pg_adapter.py", "tests/conformance/faults/test_pg_outage.py"],
 }
-SLOW_BATCH = "tests/test_conformance.py::test_generated_batch_passes_on_sqlite"  # 500 traces: the selection has some
-DEFAULT_WIDER = {"sqlite": ["tests/test_sqlite_adapter.py", "tests/test_cas_guards.py", "tests/test_conformance.py",
-                            "tests/test_sqlite_mirror_drift.py"],
-                 "postgres": ["tests/test_pg_adapter.py", "tests/test_cas_guards.py", "tests/test_pg_schema.py"]}
+# 500 traces: the selection has some
+SLOW_BATCH = "tests/conformance/lockstep/test_conformance.py::test_generated_batch_passes_on_sqlite"
+DEFAULT_WIDER = {"sqlite": ["tests/impl/test_sqlite_adapter.py", "tests/impl/test_cas_guards.py",
+                            "tests/conformance/lockstep/test_conformance.py", "tests/impl/test_sqlite_mirror_drift.py"],
+                 "postgres": ["tests/impl/test_pg_adapter.py", "tests/impl/test_cas_guards.py",
+                              "tests/impl/test_pg_schema.py"]}
 MARKERS = {"sqlite": "not postgres", "postgres": "postgres"}
 
 

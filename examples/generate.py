@@ -1,7 +1,7 @@
 """Regenerate the example snapshots from scenarios driven through the model (run from the repo root).
 
 The files are INPUTS for `qlwf oracle`; each is a ql3 snapshot taken from a model state, so it is
-consistent by construction. tests/test_oracle_cli.py checks that they are up to date.
+consistent by construction. tests/app/oracle/test_oracle_cli.py checks that they are up to date.
 """
 
 from __future__ import annotations

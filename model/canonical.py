@@ -43,7 +43,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     """Whether `value` is built only from exact dict, list, tuple, str, int, bool and None.
 
     On that domain orjson writes the reference's bytes, or refuses (a non-str or str-subclass key,
-    an integer beyond 64 bits, a lone surrogate): tests/test_canonical.py compares them. Excluded
+    an integer beyond 64 bits, a lone surrogate): tests/model/test_canonical.py compares them. Excluded
     is every type orjson writes where the reference writes otherwise (floats: 1e16 vs 1e+16, NaN as
     null) or raises (enums, UUIDs, dataclasses, datetimes, orjson fragments), and every subclass.
     Dict keys are not looked at: orjson refuses every key but an exact str, and writes those alike."""
@@ -91,7 +91,7 @@ def plain_canonical_json(value: Any) -> bytes:
     """canonical_json for values built only from dict (str keys), list, str, int, bool and None.
 
     Uses orjson where it is installed: on that domain it writes exactly the bytes of the reference
-    encoder (tests/test_canonical.py compares them on arbitrary such values). Anything orjson refuses
+    encoder (tests/model/test_canonical.py compares them on arbitrary such values). Anything orjson refuses
     (a subclass, an integer beyond 64 bits, a lone surrogate, an unknown type) goes to the reference
     encoder, which then encodes it or raises as before. Callers must rule out floats, which orjson
     writes differently (1e16, NaN as null), and enums or UUIDs, which it encodes where json raises:

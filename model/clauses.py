@@ -4,7 +4,7 @@ Each numbered decision section (`### N.`) of the two ADRs is split into short cl
 names the INV-n (model/invariants.py) that state it. Clauses no state invariant can express (the
 storage dialects' mechanics, packaging, a page-result bound) are listed apart under `outside`,
 each with what checks it instead. docs/generate.py renders docs/matrix.md from this file and
-tests/test_matrix.py checks it against the ADR text, the invariants, the proofs and the tests.
+tests/app/gate/test_matrix.py checks it against the ADR text, the invariants, the proofs and the tests.
 """
 
 from __future__ import annotations

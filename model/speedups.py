@@ -3,7 +3,7 @@
 The spec is the plain code: the rule-by-rule normalizers of `records.py`, the predicates of
 `invariants.py`, the pure resolutions that read records through them. Everything here only makes
 them cheaper and must answer exactly what the plain code answers: the same record, the same refusal
-with the same message, the same violations in the same order. tests/test_speedups.py holds
+with the same message, the same violations in the same order. tests/model/test_speedups.py holds
 fast = plain on generated states and on corrupted records (a flipped field, a broken digest); a
 speed-up that cannot be held equal to a plain function has no place in the model.
 

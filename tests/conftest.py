@@ -60,7 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     By default SIGTERM ends pytest on the spot: no fixture teardown, no atexit, so the session's
     PostgreSQL cluster directory (and, with QLWF_PG_DSN, its databases) would be left behind. As a
-    KeyboardInterrupt, pytest stops the session and tears its fixtures down (tests/test_pg_signals.py).
+    KeyboardInterrupt, pytest stops the session and tears its fixtures down
+    (tests/conformance/provision/test_pg_signals.py).
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -110,6 +111,17 @@ def pg_server() -> Iterator[Any]:
         missing(str(exc))
     yield server
     stop_shared_server()
+
+
+@pytest.fixture(scope="module")
+def pg_backend(pg_server: Any) -> Iterator[Any]:
+    """The `postgres` conformance backend on the session's server, one per test module (the one copy of it:
+    a test that needs another pool size says so with its own fixture)."""
+    from qlwf.conformance.backends.postgres import PostgresBackend
+
+    factory = PostgresBackend()
+    yield factory
+    factory.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ In order, on one backend, stopping at the first failure (exit 1 = the mutant is 
 1. the golden conformance corpus in lockstep with the model (the whole durable state compared after
    every step), invariants on each trace's final state (`--every-step`: on every step);
 2. seeded generated traces, the same way;
-3. every case of tests/test_cas_guards.py for the backend (a change underneath must fail the command
+3. every case of tests/impl/test_cas_guards.py for the backend (a change underneath must fail the command
    with Conflict `concurrent_change` and roll back).
 Every part is a behavioural check (a lockstep divergence, an invariant, a contract); none pins a
 count or a file. PostgreSQL uses $QLWF_PG_DSN (bench_mutation.py starts one cluster for the job) or
@@ -34,7 +34,7 @@ def _fail(what: str) -> int:
 
 
 class _Fixtures:
-    """What tests/test_cas_guards.py asks pytest's `request` for: the PostgreSQL backend factory."""
+    """What tests/impl/test_cas_guards.py asks pytest's `request` for: the PostgreSQL backend factory."""
 
     def __init__(self, pg_backend: Any) -> None:
         self.pg_backend = pg_backend

@@ -22,7 +22,8 @@ A backend is one package plus one `register(...)` call. An entry says:
 * `gate` — the gate checks it contributes (`GateEntry`: check name, kind, parameters per profile),
   on `leg` (what `qlwf check --skip LEG` leaves out).
 
-The gate (qlwf/gate/checks.py), `qlwf conform` / `qlwf replay` and tests/test_backends.py iterate this
+The gate (qlwf/gate/checks.py), `qlwf conform` / `qlwf replay` and
+tests/conformance/backends/test_backends.py iterate this
 registry; nothing else names a backend. `QLWF_BACKEND_MODULES=pkg.mod,...` imports further modules
 that register backends of their own (a plugin outside this repository, or a test's throwaway one).
 """

@@ -1,6 +1,6 @@
 """The oracle fuzzer: valid oracle requests and one-field mutations of them, with what each answer must be.
 
-Shared by tests/test_oracle_fuzz.py (one `qlwf oracle batch` process answers every line) and the
+Shared by tests/conformance/checkers/test_oracle_fuzz.py (one `qlwf oracle batch` process answers every line) and the
 oracle shards of `qlwf campaign` (the same answer function in-process). Lines come from a seeded
 `random.Random`, so a seed replays them.
 """

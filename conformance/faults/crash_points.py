@@ -4,7 +4,7 @@
 SQLite (crashes.py: killed-file copy + abort) and on PostgreSQL (pg_crashes.py: backend killed),
 counting the statement boundaries injected per command and per trace; `render` writes the table.
 The counts are deterministic (a command sends the same statements on the same state), so
-tests/test_crash_points.py re-measures one trace and checks its row against the committed file.
+tests/conformance/faults/test_crash_points.py re-measures one trace and checks its row against the committed file.
 
     python -m qlwf.conformance.faults.crash_points            # measure the whole corpus, rewrite the doc
 """

@@ -29,7 +29,7 @@ from qlwf.conformance.generate.base import (
 from qlwf.conformance.traces.format import Trace, load
 from qlwf.model.memo import trusting_record_identity
 
-_Generator = Generator  # its name before it moved to generators_base.py (tests/test_model_run.py)
+_Generator = Generator  # its name before it moved to generators_base.py (tests/model/test_model_run.py)
 
 __all__ = ["BOUNDARY_FAMILY", "DELAYS", "DURATIONS", "FAMILY_PERIOD", "PAGE_FAMILY", "STEP_KEYS", "WORKERS",
            "Chooser", "DrawChooser", "Generator", "GeneratorConfig", "RandomChooser", "family", "generate",
@@ -52,7 +52,7 @@ def generate(seed: int, config: GeneratorConfig | None = None) -> Trace:
     """A reproducible trace of the seed's family: the same seed always gives the same steps."""
     # A generator's States share the records a step did not write and nothing changes a record in
     # place (model/state.py; drift steps patch copies), so the model's loads may answer by identity
-    # (decisions Q-61, Q-68); tests/test_model_run.py compares the run with one from scratch.
+    # (decisions Q-61, Q-68); tests/model/test_model_run.py compares the run with one from scratch.
     with trusting_record_identity():
         return _generate(seed, config)
 

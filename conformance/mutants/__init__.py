@@ -9,8 +9,8 @@ recording is a change detector and never enough. Mutants are planted through a `
 
 Where the mutants live: model_rules (model rules and decision-table rows), proofs/mutants.py
 (encodings and proof-side tables, kept next to the encoding it subclasses), storage (impl/commands,
-both adapters' SQL, both schemas). The tests that run them: tests/test_mutants.py (model),
-tests/test_proofs.py (proofs), tests/test_storage_mutants.py (storage).
+both adapters' SQL, both schemas). The tests that run them: tests/conformance/mutants/test_mutants.py (model),
+tests/proofs/test_proofs.py (proofs), tests/conformance/mutants/test_storage_mutants.py (storage).
 
 Layer: conformance (may import `qlwf.model`, `qlwf.impl`, `qlwf.proofs`).
 """

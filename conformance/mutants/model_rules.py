@@ -1,6 +1,7 @@
 """Model mutants: deliberately wrong model rules and decision-table rows, applied by monkeypatching.
 
-Each mutant breaks one rule of the spec the way a plausible implementation bug would. tests/test_mutants.py
+Each mutant breaks one rule of the spec the way a plausible implementation bug would.
+tests/conformance/mutants/test_mutants.py
 plants each one and requires its named check to report it: the explorer (an invariant, LIVE-1, a write
 on a no-write outcome, a postcondition of conformance/stateful/postconditions.py) or the stateful machine (an
 invariant, a postcondition, or the LIVE-1 drain at teardown).

@@ -13,9 +13,9 @@ An edit whose text is not found exactly once raises NotPlanted: the manifest can
 Checks: `conformance:<backend>` replays the golden corpus, then seeded generated traces, in
 lockstep with the model; `contract-test:sqlite` runs one contract test of tests/ (a typed error or
 a page the spec prescribes) where no trace reaches the situation; `cas-race:<backend>` runs one case
-of tests/test_cas_guards.py (a change
+of tests/impl/test_cas_guards.py (a change
 underneath the CAS must fail the command); `schema-refusal:<backend>` runs the refusal test of the
-dropped constraint (tests/test_sqlite_schema.py, tests/test_pg_schema.py).
+dropped constraint (tests/impl/test_sqlite_schema.py, tests/impl/test_pg_schema.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ the model crashes on a step) to $QLWF_TRACE_DIR (default reports/counterexamples
 with `qlwf replay`, `qlwf traces check` and `qlwf.conformance.checkers.replay.replay_trace`.
 
 The machine lives here rather than under tests/ so that `qlwf campaign` runs it too (seeded shards,
-qlwf/campaign/); tests/test_stateful.py runs it under the suite's Hypothesis profiles.
+qlwf/campaign/); tests/conformance/stateful/test_stateful.py runs it under the suite's Hypothesis profiles.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class SnapshotReader:
     unchanged gives back the record decoded before, the very same object; only new or changed rows
     are decoded. The rows are still all read from the database, every time: the cache saves
     decoding, never reading. Rows are compared with `==`, which is exact here because every table
-    is STRICT with INTEGER and TEXT columns only (tests/test_sqlite_snapshot.py pins that): a row
+    is STRICT with INTEGER and TEXT columns only (tests/impl/test_sqlite_snapshot.py pins that): a row
     holds str, int and None, never a float that `==` would take for an int. Callers must treat the
     records as read-only: they are shared between snapshots (so are their JSON values). Decisions
     Q-65."""

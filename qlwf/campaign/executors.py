@@ -118,7 +118,7 @@ def check_scheduler_address(address: str) -> None:
     parse_host_port), in its words, before dask is imported and so before a Client exists: a
     malformed address is bad usage whether or not the `cluster` extra is installed, and a Client that
     fails on one in its constructor holds its shutdown for 20 s when it is collected (decisions Q-105).
-    tests/test_campaign.py holds this to Dask's parser on a table of addresses."""
+    tests/app/campaign/test_campaign.py holds this to Dask's parser on a table of addresses."""
     scheme, sep, location = address.rpartition("://")
     if not sep:
         scheme = _DASK_DEFAULT_SCHEME

@@ -23,7 +23,7 @@ from qlwf.support.system_stops import system_stop
 # Each module defines `register(subparsers)`; its parsers set `func(args) -> int`. Command name → the
 # module that registers it: a command imports only its own module (a `qlwf oracle` process need not
 # load Z3, Hypothesis or the backends), help and unknown names build the whole parser.
-# tests/test_cli_commands.py keeps this map equal to what each module registers.
+# tests/app/cli/test_cli_commands.py keeps this map equal to what each module registers.
 SUBCOMMANDS: dict[str, str] = {
     "check": "qlwf.cli.check",
     "oracle": "qlwf.cli.oracle",

@@ -6,10 +6,10 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from qlwf.cli.argtypes import integer, processes
+from qlwf.conformance.checkers.counterexamples import write_counterexamples
 from qlwf.conformance.checkers.explore import (
     FULL,
     MAX_SHAPE_STEPS,
@@ -17,7 +17,6 @@ from qlwf.conformance.checkers.explore import (
     Alphabet,
     Config,
     ExploreReport,
-    Finding,
     Shape,
     ShapeReport,
     default_alphabet,
@@ -26,8 +25,6 @@ from qlwf.conformance.checkers.explore import (
     scope_shapes,
 )
 from qlwf.conformance.report.render import show_command
-from qlwf.conformance.traces.export import record_for_saving
-from qlwf.conformance.traces.format import Trace, save
 
 DEFAULT_TRACE_DIR = "reports/counterexamples"
 
@@ -82,25 +79,6 @@ def _progress(out: TextIO) -> Any:
                   f"{len(r.findings):>10}\n")
         out.flush()
     return show
-
-
-def write_counterexamples(findings: list[Finding], directory: str | Path) -> list[Path]:
-    """One trace file per finding (the first of each shape and kind), self-contained (qlwf-trace@1) when
-    the model can record it, replayable with the model."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    seen: set[tuple[str, str]] = set()
-    for f in findings:
-        if (f.shape, f.kind) in seen:
-            continue
-        seen.add((f.shape, f.kind))
-        t = f.trace()
-        name = f"explore-{f.shape.replace(':', '_').replace('>', '-').replace(',', '_')}-{f.kind}".lower()
-        path = root / f"{name}.json"
-        save(record_for_saving(Trace(t["description"], t["initialClock"], t["steps"], name)), path)
-        written.append(path)
-    return written
 
 
 def render(report: ExploreReport, out: TextIO) -> None:

@@ -1,7 +1,7 @@
 """Every generated artifact of the repository, each with the generator that builds it.
 
 `qlwf regenerate` writes them all; `stale()` compares them all with what a fresh build gives
-(tests/test_artifacts.py). A generator is pure: it returns file texts, so comparing and writing
+(tests/app/gate/test_artifacts.py). A generator is pure: it returns file texts, so comparing and writing
 are the same build. Not listed: docs/crash-points.md, a measured run on both backends (its own
 test re-measures one row), and conformance/exec/schema/, written by hand.
 """
@@ -24,7 +24,8 @@ EXPLORER_TESTED_STEPS = 3  # the test suite explores K <= 3; the larger shapes a
 EXPLORER_ABOUT = (
     "Expected counts of the exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): per DAG shape, "
     f"in total for every shape of K = 1..{EXPLORER_MAX_STEPS} steps (totals), and for the chosen families of K = "
-    f"{', '.join(map(str, EXPLORER_SELECTED))} (selected). tests/test_explore.py and tests/test_artifacts.py fail "
+    f"{', '.join(map(str, EXPLORER_SELECTED))} (selected). tests/conformance/checkers/test_explore.py and "
+    f"tests/app/gate/test_artifacts.py fail "
     f"when a count of K <= {EXPLORER_TESTED_STEPS} changes, the gate's explorer check (`qlwf check`: K = "
     f"{EXPLORER_QUICK_K} quick; K = {EXPLORER_MAX_STEPS} and the selected families full) when one of its counts "
     "changes; after an intended change of the model or of the abstraction, run `qlwf regenerate` and review the "
@@ -95,8 +96,8 @@ def _glob(pattern: str) -> Callable[[Path], list[str]]:
 
 
 ARTIFACTS: tuple[Artifact, ...] = (
-    Artifact("docs", "docs/tables.md and docs/matrix.md (docs/generate.py)", _docs,
-             lambda root: ["docs/tables.md", "docs/matrix.md"]),
+    Artifact("docs", "docs/tables.md, docs/matrix.md and docs/benchmarks.md (docs/generate.py)", _docs,
+             lambda root: ["docs/tables.md", "docs/matrix.md", "docs/benchmarks.md"]),
     Artifact("examples", "the oracle snapshots of examples/ (examples/generate.py)", _examples,
              _glob("examples/*.json*")),
     Artifact("corpus", "the golden conformance traces (conformance/traces/corpus_build.py)", _corpus,

@@ -271,7 +271,7 @@ def explorer_manifest(opts: dict[str, Any]) -> Evidence:
     counts = explored["totals"][str(k)]
     problems = []
     if report.findings:
-        from qlwf.cli.explore import write_counterexamples
+        from qlwf.conformance.checkers.counterexamples import write_counterexamples
         from qlwf.conformance.report.render import show_command, trace_dir
 
         saved = write_counterexamples(report.findings, trace_dir())

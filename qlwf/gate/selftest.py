@@ -15,7 +15,7 @@ commits in the middle of a command, for each backend's crash-injection check, a 
 change lists leave out updates, for the driver-process check, and a clock read before the locks,
 for the concurrency check, which gets several runs since only some interleavings expose a race
 (Q-92), an identifier recipe for the spec-vectors check and the snapshot input shape for the
-oracle-examples check. So every gate check is shown to fail (tests/test_selftest.py).
+oracle-examples check. So every gate check is shown to fail (tests/app/gate/test_selftest.py).
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def _strict_orjson(data: bytes | str) -> tuple[Any] | None:
     the last. A dropped member is found in one of two ways:
     * length: orjson's encoding of the value is the shortest text of it (it escapes only what
       RFC 8259 §7 requires, with the short escapes, and writes integers in shortest form;
-      tests/test_canonical.py pins it to that encoder), and a text with a repeated key also encodes
+      tests/model/test_canonical.py pins it to that encoder), and a text with a repeated key also encodes
       the dropped members, so a text exactly as long as the encoding dropped none (compact lines,
       as JSON.stringify and canonical writers produce them, are decided by this alone);
     * colons, as `_members_match` does: outside strings `:` only ends a member's name, so both texts

@@ -1,4 +1,4 @@
-"""Helper of tests/test_pg_signals.py, never collected by the suite (not named test_*.py).
+"""Helper of tests/conformance/provision/test_pg_signals.py, never collected by the suite (not named test_*.py).
 
 Run as `pytest tests/support/hold_pg_server.py` with QLWF_HOLD_PG_SERVER=1: it takes the session's
 PostgreSQL server and holds it until the run is signalled, so the caller can check the teardown.

@@ -1,4 +1,4 @@
-"""The import graph of the distribution, read off its source (tests/test_layers.py checks it).
+"""The import graph of the distribution, read off its source (tests/repo/test_layers.py checks it).
 
 Modules are found from pyproject.toml's `[tool.setuptools] package-dir`: every `.py` file of every
 package directory under each mapped root, named as it installs (`model/records.py` is

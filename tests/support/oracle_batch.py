@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import IO, Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
-ORACLE_COMMAND = (sys.executable, "-m", "qlwf.cli", "oracle")  # as tests/test_oracle_cli.py runs the CLI
+ORACLE_COMMAND = (sys.executable, "-m", "qlwf.cli", "oracle")  # as tests/app/oracle/test_oracle_cli.py runs the CLI
 BATCH_COMMAND = (*ORACLE_COMMAND, "batch")
 STARTUP_S = 60.0  # the first answer also waits for the interpreter and the model to import
 ANSWER_S = 20.0

@@ -8,7 +8,7 @@ reintroduce known defects of the production runtime (cancellation.md §8, D-6):
 * `page_ignores_cursor` scans every page from the head of the order: a blocked cancelling Run at the
   head fills each page, so the Runs after it (newer cancellations) are never reached.
 
-Each must be caught by conformance on generated traces alone (tests/test_generators_pages.py).
+Each must be caught by conformance on generated traces alone (tests/conformance/generate/test_generators_pages.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run inside a copy of the repository (tests/test_rule_change.py): what the checks say about its model.
+"""Run inside a copy of the repository (tests/app/gate/test_rule_change.py): what the checks say about its model.
 
 Prints one JSON object: the corpus lockstep on SQLite (divergences), the oracle's answer for the
 timeout example, the proofs that the `pending-times-out` mutant must be refuted by, a small

@@ -1,4 +1,5 @@
-"""A throwaway backend, added by the five steps of docs/architecture.md (tests/test_architecture.py).
+"""A throwaway backend, added by the five steps of docs/architecture.md
+(tests/conformance/backends/test_architecture.py).
 
 Step 1 is free: it is the SQLite package (impl/sqlite) again, on a file database in WAL mode
 instead of a private in-memory one. Steps 2-4 are below; step 5 is left undone on purpose: its gate

@@ -4,7 +4,7 @@ It knows no qlwf code: the record keys come from the file (`recordKeys`), the ex
 built from `initialState` plus each step's `changes` (or taken from `snapshot`), the time of each
 command is the step's `atMs`. The port is duck-typed: `execute(name, args, now=...)` returning the
 result record or raising an error with `to_json()` -> {class, code, reason}; `snapshot()`; and
-`corrupt(kind, key, patch)` for drift steps. tests/test_traces_replay.py pins that this module
+`corrupt(kind, key, patch)` for drift steps. tests/conformance/traces/test_traces_replay.py pins that this module
 imports nothing but `json` (and `typing` for its hints).
 """
 
