@@ -44,11 +44,17 @@ class _Refused(Exception):
 class Server:
     """Answers protocol requests for one driver process; `handle` is independent of any I/O."""
 
-    def __init__(self, factory: StoreFactory, name: str, version: str, fault_hooks: tuple[str, ...] = ()) -> None:
+    def __init__(self, factory: StoreFactory, name: str, version: str, fault_hooks: tuple[str, ...] = (),
+                 commands: tuple[str, ...] = COMMAND_NAMES, surface: Message | None = None) -> None:
         self.factory = factory
         self.name = name
         self.version = version
         self.fault_hooks = fault_hooks
+        self.commands = commands
+        # the declared surface of hello (docs/protocol.md); its errorDetail is what an error reports
+        self.surface = surface
+        self.error_keys = {"class": ("class", "message"), "code": ("class", "code", "message")}.get(
+            (surface or {}).get("errorDetail", "reason"))
         self.port: CommandPort | None = None
         self.closed = False
         self._shut = False
@@ -76,9 +82,10 @@ class Server:
         if request.get("protocol") != PROTOCOL:
             raise _Refused(f"this driver speaks {PROTOCOL}, not {request.get('protocol')!r}")
         return {"protocol": PROTOCOL, "driver": {"name": self.name, "version": self.version},
-                "capabilities": {"commands": list(COMMAND_NAMES), "snapshot": True, "snapshotWithApply": True,
+                "capabilities": {"commands": list(self.commands), "snapshot": True, "snapshotWithApply": True,
                                  "snapshotChanges": True, "clockInjection": True,
-                                 "faultHooks": list(self.fault_hooks)}}
+                                 "faultHooks": list(self.fault_hooks),
+                                 **({"surface": self.surface} if self.surface is not None else {})}}
 
     def _reset(self, _request: Message) -> Message:
         self._release()
@@ -92,10 +99,13 @@ class Server:
         at = request.get("atMs")
         if type(at) is not int or at < 0 or not isinstance(request.get("command"), str):
             raise _Refused("apply needs a command name and an int atMs >= 0")
+        if "evidence" in request:  # the ql3 records the binding derives from (a store may seed them)
+            port.seed_evidence(request["evidence"])
         try:
             outcome: Message = {"ok": port.execute(request["command"], request.get("args"), now=at)}
         except QlwfError as e:
-            outcome = {"error": e.with_message()}
+            error = e.with_message()
+            outcome = {"error": error if self.error_keys is None else {k: error[k] for k in self.error_keys}}
         body: Message = {"outcome": outcome}
         if request.get("snapshot") is True:
             body["snapshot"] = self._full(port.snapshot())
@@ -192,7 +202,8 @@ def encode(message: Message) -> bytes:
 
 
 def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, version: str,
-          fault_hooks: tuple[str, ...] = (), stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+          fault_hooks: tuple[str, ...] = (), stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+          commands: tuple[str, ...] = COMMAND_NAMES, surface: Message | None = None) -> int:
     """Serve requests until `close` or end of input; the exit status of the driver process.
 
     `factory` may be a callable building it, so a slow start (a PostgreSQL cluster) happens after
@@ -209,7 +220,7 @@ def serve(factory: StoreFactory | Callable[[], StoreFactory], *, name: str, vers
         built = factory() if callable(factory) else factory
     except KeyboardInterrupt as e:  # while a store starts (a throwaway cluster), which cleans up after itself
         return _stopped(name, e)
-    server = Server(built, name, version, fault_hooks)
+    server = Server(built, name, version, fault_hooks, commands, surface)
     try:
         for line in source:
             if not line.strip():

@@ -76,6 +76,13 @@ class CommandPort(ABC):
         inside the command's transaction. Unknown command names raise `ValueError`.
         """
 
+    def seed_evidence(self, evidence: Record | None) -> None:
+        """The ql3 evidence of the next `admit_task_attempt` (its Task reconciliation receipt and execution
+        revision, task-attempts.md §3A; None where the step's binding is not derivable), given just before
+        it runs. A store that takes the binding as given, like both built-in ones, ignores it; a store
+        that derives the binding from stored records (an exec driver of ql3's adapters) seeds them from it."""
+        del evidence  # the binding is taken as given
+
     @abstractmethod
     def snapshot(self) -> Snapshot:
         """Every durable record in canonical form, per `SNAPSHOT_KINDS`, sorted by key; never reads the clock."""

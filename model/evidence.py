@@ -11,7 +11,9 @@ produce an admission input that ql3 would accept, and vary it one field at a tim
 * `build_cluster_execution_revision(plan, receipt, task_id, ...)`: a `remote_worker` revision with
   environment (public and secret entries) and placement;
 * `build_ql3_admission_input(...)`: the §3A oracle input around them;
-* `evidence_binding(plan, receipt, execution, task_id)`: the binding admission derives from them.
+* `evidence_binding(plan, receipt, execution, task_id)`: the binding admission derives from them;
+* `trace_evidence_problem(plan, step_key, binding, evidence)`: whether a trace step's binding is the
+  one §3A derives from the evidence the step carries (`{"taskReconciliation", "execution"}`).
 
 Every builder returns records that the §3A normalizers accept unchanged; keyword arguments override
 the realistic defaults. Builders are pure: the same arguments give the same bytes.
@@ -25,9 +27,10 @@ from typing import Any
 
 from . import tables as T
 from .attempts_ql3 import derive_binding, reconciled_item
+from .errors import EvidenceProblem, QlwfError
 from .execution_parts import encode_secret_ref
-from .execution_revision import seal_cluster_revision, seal_local_revision
-from .reconciliation import seal_reconciliation_receipt
+from .execution_revision import normalize_execution_revision, seal_cluster_revision, seal_local_revision
+from .reconciliation import normalize_reconciliation_receipt, seal_reconciliation_receipt
 from .records import Record
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "default_unrelated_items",
     "evidence_binding",
     "runtime_task_id",
+    "trace_evidence_problem",
 ]
 
 
@@ -185,3 +189,30 @@ def build_ql3_admission_input(plan: Record, run: Record, step_run: Record, recei
 def evidence_binding(plan: Record, receipt: Record, execution: Record, task_id: str) -> Record:
     """The §3 binding that admission derives from this evidence for the plan Task `task_id`."""
     return derive_binding(_plan_task(plan, task_id), receipt, execution)
+
+
+def trace_evidence_problem(plan: Record, step_key: str, binding: Any, evidence: Any) -> str | None:
+    """Why a trace step's `binding` is not the one §3A derives for the plan step `step_key` from the
+    `evidence` it carries ({"taskReconciliation": receipt, "execution": revision}), or None when it is.
+
+    Both records are normalized as ql3 reads them (digests recomputed), then the binding is derived
+    from the step's own plan step — so evidence of another Task derives a binding that disagrees with
+    the step, as ql3 would, and the trace records that refusal."""
+    if not isinstance(evidence, dict) or set(evidence) != {"taskReconciliation", "execution"}:
+        return "evidence must be {taskReconciliation, execution}"
+    step = next((s for s in plan["steps"] if s["stepKey"] == step_key), None)
+    if step is None:
+        return f"the plan has no step {step_key!r}"
+    execution = evidence["execution"]
+    if not isinstance(execution, dict) or execution.get("executorType") not in T.EXECUTOR_TYPES:
+        return "evidence.execution must be an execution revision of a known executorType"
+    try:
+        receipt = normalize_reconciliation_receipt(evidence["taskReconciliation"])
+        execution = normalize_execution_revision(execution)
+    except (EvidenceProblem, QlwfError, KeyError, TypeError) as e:
+        return f"evidence does not normalize: {e!r}"
+    derived = derive_binding(step, receipt, execution)
+    if binding != derived:
+        differing = sorted(k for k in derived if not isinstance(binding, dict) or binding.get(k) != derived[k])
+        return f"binding differs from the one derived from the evidence in {differing}"
+    return None

@@ -22,7 +22,7 @@ from qlwf.model.system import advance_time, apply
 from .liveness import DrainReport, drain
 
 TRACE_FORMAT = "qlwf-trace"
-TRACE_VERSION = 1
+TRACE_VERSIONS = (1, 2)  # 2 adds `evidence` to admit_task_attempt steps (not an input of the model's command)
 Snapshot = dict[str, list[Record]]
 
 
@@ -92,8 +92,8 @@ def state_diff(before: Snapshot, after: Snapshot) -> list[str]:
 
 
 def _validate(trace: Mapping[str, Any]) -> tuple[int, list[Record]]:
-    if trace.get("format") != TRACE_FORMAT or trace.get("version") != TRACE_VERSION:
-        raise ReplayError(f"not a {TRACE_FORMAT} version {TRACE_VERSION} document")
+    if trace.get("format") != TRACE_FORMAT or trace.get("version") not in TRACE_VERSIONS:
+        raise ReplayError(f"not a {TRACE_FORMAT} document of version {' or '.join(map(str, TRACE_VERSIONS))}")
     clock, steps = trace.get("initialClock"), trace.get("steps")
     if type(clock) is not int or clock < 0 or not isinstance(steps, list):
         raise ReplayError("initialClock must be an int >= 0 and steps a list")

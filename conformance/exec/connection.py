@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from qlwf.conformance.exec.process import DriverFailure, DriverProcess
+from qlwf.conformance.generate.surface import ERROR_DETAILS, Surface
 from qlwf.impl.driver_protocol import PROTOCOL, package_version
-from qlwf.impl.port import SNAPSHOT_KINDS, Record, Snapshot
+from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, Record, Snapshot
 from qlwf.model.errors import ERROR_CLASSES
 from qlwf.model.records import KIND_KEYS
+from qlwf.model.tables import EXECUTOR_TYPES
 
 CLOSE_GRACE_S = 2.0  # after answering close, a driver has released everything and only exits
 HARNESS = {"name": "qlwf", "version": package_version()}
 _SNAPSHOT_KEYS = frozenset(SNAPSHOT_KINDS)
+_SURFACE_KEYS = frozenset({"omittedArguments", "argumentValues", "resultKeys", "errorDetail", "executorTypes",
+                           "admissionEvidence", "profile"})
 
 
 def record_key(kind: str, record: Record) -> tuple[Any, ...]:
@@ -40,6 +44,7 @@ class Capabilities:
     snapshot_with_apply: bool
     snapshot_changes: bool
     fault_hooks: frozenset[str]
+    surface: Surface  # what the driver declared (an old hello: its commands, the rest in full)
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ class DriverConnection:
             self.fail("hello.capabilities must be an object")
         self.expect_keys("hello.capabilities", caps,
                          {"commands", "snapshot", "snapshotWithApply", "snapshotChanges", "clockInjection",
-                          "faultHooks"})
+                          "faultHooks"}, frozenset({"surface"}))
         for key in ("commands", "faultHooks"):
             if not (isinstance(caps[key], list) and all(isinstance(c, str) for c in caps[key])):
                 self.fail(f"hello.capabilities.{key} must be a list of strings")
@@ -139,7 +144,40 @@ class DriverConnection:
             self.process.fail("refused", "lockstep conformance needs snapshot and clockInjection; the driver "
                                          f"offers snapshot={caps['snapshot']}, clockInjection={caps['clockInjection']}")
         return Capabilities(f"{driver['name']} {driver['version']}", frozenset(caps["commands"]),
-                            caps["snapshotWithApply"], caps["snapshotChanges"], frozenset(caps["faultHooks"]))
+                            caps["snapshotWithApply"], caps["snapshotChanges"], frozenset(caps["faultHooks"]),
+                            Surface.from_hello(caps["commands"], self._surface(caps.get("surface"))))
+
+    def _surface(self, surface: Any) -> dict[str, Any] | None:
+        """`capabilities.surface` checked against its schema's shape (hello.response.json)."""
+        if surface is None:
+            return None
+
+        def names(value: Any) -> bool:
+            return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+        def per_key(value: Any) -> bool:
+            return isinstance(value, dict) and all(isinstance(k, str) and names(v) for k, v in value.items())
+
+        def per_command(value: Any) -> bool:
+            return isinstance(value, dict) and all(k in COMMAND_NAMES and names(v) for k, v in value.items())
+
+        problems = [
+            not isinstance(surface, dict) or bool(set(surface) - _SURFACE_KEYS),
+            isinstance(surface, dict) and not per_command(surface.get("omittedArguments", {})),
+            isinstance(surface, dict) and not per_command(surface.get("resultKeys", {})),
+            isinstance(surface, dict) and not (isinstance(surface.get("argumentValues", {}), dict) and all(
+                k in COMMAND_NAMES and per_key(v) for k, v in surface.get("argumentValues", {}).items())),
+            isinstance(surface, dict) and surface.get("errorDetail", "reason") not in ERROR_DETAILS,
+            isinstance(surface, dict) and not (names(surface.get("executorTypes", []))
+                                               and set(surface.get("executorTypes", [])) <= set(EXECUTOR_TYPES)),
+            isinstance(surface, dict) and type(surface.get("admissionEvidence", False)) is not bool,
+            isinstance(surface, dict) and not isinstance(surface.get("profile", ""), str),
+        ]
+        if any(problems):
+            self.fail("hello.capabilities.surface must be {omittedArguments?, argumentValues?, resultKeys?, "
+                      "errorDetail?, executorTypes?, admissionEvidence?, profile?} as in hello.response.json")
+        checked: dict[str, Any] = surface
+        return checked
 
     def check_snapshot(self, snapshot: Any) -> Snapshot:
         if not isinstance(snapshot, dict) or set(snapshot) != _SNAPSHOT_KEYS:
@@ -155,12 +193,12 @@ class DriverConnection:
             if "ok" in outcome and isinstance(outcome["ok"], dict):
                 return outcome
             error = outcome.get("error")
+            # a driver declaring a coarser error detail (surface.errorDetail) may leave out reason, or code too
             if (isinstance(error, dict) and error.get("class") in ERROR_CLASSES
-                    and isinstance(error.get("code"), str) and isinstance(error.get("reason"), str)
-                    and set(error) <= {"class", "code", "reason", "message"}
-                    and isinstance(error.get("message", ""), str)):
+                    and all(isinstance(error.get(k, ""), str) for k in ("code", "reason", "message"))
+                    and set(error) <= {"class", "code", "reason", "message"}):
                 return outcome
-        self.fail('an apply outcome must be {"ok": {...}} or {"error": {class, code, reason[, message]}}')
+        self.fail('an apply outcome must be {"ok": {...}} or {"error": {class, code?, reason?[, message]}}')
 
     def close(self) -> None:
         """`close`, then the process has CLOSE_GRACE_S to exit and is terminated if it has not."""

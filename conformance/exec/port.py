@@ -23,6 +23,7 @@ from typing import Any
 from qlwf.conformance.backends import registry
 from qlwf.conformance.exec.connection import DriverConnection, DriverRefused, Ticket, record_key
 from qlwf.conformance.exec.process import DriverFailure
+from qlwf.conformance.generate.surface import Surface
 from qlwf.impl.port import COMMAND_NAMES, SNAPSHOT_KINDS, CommandPort, FixedClock, Record, Snapshot
 from qlwf.model.canonical import canonical_json
 from qlwf.model.errors import Unavailable, error_from_json
@@ -65,6 +66,8 @@ class ExecPort(CommandPort):
         self._ahead: tuple[tuple[Any, ...], Ticket | DriverFailure] | None = None  # see prefetch
         self._queued: tuple[tuple[Any, ...], Record] | None = None  # see queue_next
         self._closed = False
+        self._evidence: Record | None = None  # seed_evidence: sent with the next apply
+        self._has_evidence = False
 
     def execute(self, name: str, args: Any, now: int | None = None) -> Record:
         self._check_open()
@@ -74,12 +77,24 @@ class ExecPort(CommandPort):
             raise DriverRefused(f"the driver does not implement {name}")
         self.set_step_time(now)
         self._pending = None
+        evidence = {"evidence": self._evidence} if self._has_evidence else {}
+        self._evidence, self._has_evidence = None, False
         with self._exchange():
-            outcome = self._finish_apply(self._round_trip(*self._apply_request(name, args, self.clock.value)))
-        if "error" in outcome:
-            raise error_from_json(outcome["error"])
+            outcome = self._finish_apply(self._round_trip(*self._apply_request(name, args, self.clock.value,
+                                                                              evidence)))
+        if "error" in outcome:  # a code or reason the driver does not report (its errorDetail) is empty
+            raise error_from_json({"code": "", "reason": "", **outcome["error"]})
         result: Record = outcome["ok"]
         return result
+
+    @property
+    def surface(self) -> Surface:
+        """What the driver declared in hello: the runner selects and compares by it."""
+        return self.connection.capabilities.surface
+
+    def seed_evidence(self, evidence: Record | None) -> None:
+        """Sent in the next apply request (docs/protocol.md: a driver seeds its rows from it)."""
+        self._evidence, self._has_evidence = evidence, True
 
     def snapshot(self) -> Snapshot:
         self._check_open()
@@ -113,7 +128,8 @@ class ExecPort(CommandPort):
         if step["op"] == "command":
             if step["name"] not in self.connection.capabilities.commands or type(now) is not int or now < 0:
                 return None
-            return self._apply_request(step["name"], step["args"], now)
+            evidence = {"evidence": step["evidence"]} if "evidence" in step else {}
+            return self._apply_request(step["name"], step["args"], now, evidence)
         if step["op"] == "advance_time":  # nothing to run: the read-back of the state
             return ("snapshot",), {}
         return None
@@ -144,9 +160,12 @@ class ExecPort(CommandPort):
             self.connection.process.abandon()
             raise
 
-    def _apply_request(self, name: str, args: Any, at: int) -> tuple[tuple[Any, ...], Record]:
+    def _apply_request(self, name: str, args: Any, at: int, evidence: Record | None = None
+                       ) -> tuple[tuple[Any, ...], Record]:
+        """The apply request's key (what a request sent ahead must match) and fields; `evidence` is
+        {"evidence": ...} for a step that carries it."""
         flag = {"snapshot": self.batch} if self.batch else {}
-        return ("apply", name, args, at), {"command": name, "args": args, "atMs": at, **flag}
+        return ("apply", name, args, at), {"command": name, "args": args, "atMs": at, **(evidence or {}), **flag}
 
     def _round_trip(self, key: tuple[Any, ...], fields: Record) -> Record:
         """The answer to the request `key` (sent ahead, or sent now); a request queued behind an apply

@@ -98,8 +98,9 @@ class Generator:
         self.done.append(done)
         return done
 
-    def run_command(self, name: str, args: Any) -> Outcome:
-        out = self.emit(command(name, args)).raw
+    def run_command(self, name: str, args: Any, *evidence: Record | None) -> Outcome:
+        """Emit a command step (`evidence`: an admit_task_attempt step's ql3 evidence, or None) and run it."""
+        out = self.emit(command(name, args, *evidence)).raw
         assert out is not None  # a command step's ModelStep carries its Outcome
         if out.ok and isinstance(out.result, dict) and out.result.get("next"):
             query = "cancellation_candidates" if name == "converge_cancellation_page" else name
@@ -172,33 +173,50 @@ class Generator:
             run_id = self.pick([*self.run_ids(), "run-missing", "bad id!"])
         self.run_command("advance_frontier", {"runId": run_id})
 
+    def admission(self, run_id: str, step_key: str, executor_type: str = "remote_worker", revision: int = 1,
+                  task_key: str | None = None) -> tuple[Record, Record | None]:
+        """(binding, evidence) for admitting the step `step_key` of `run_id`: derived from ql3 evidence built
+        for the Run's plan (plans.admission); a placeholder binding without evidence where no plan step
+        backs it (an unknown Run or step), which the model refuses before it reads a binding."""
+        admitted = self.state.admission_of_run(run_id)
+        if len(admitted) != 1 or step_key not in {s["stepKey"] for s in admitted[0]["plan"]["steps"]}:
+            return plans.binding(step_key, executor_type, revision), None
+        return plans.admission(admitted[0]["plan"], step_key, executor_type, revision, task_key)
+
+    def admit_task(self, run_id: str, step_run_id: str, binding: Record, evidence: Record | None) -> Outcome:
+        return self.run_command("admit_task_attempt", {"runId": run_id, "stepRunId": step_run_id, "binding": binding},
+                                evidence)
+
     def task_admission(self) -> None:
         cands = self.peek("task_candidates")
         if cands and not self.wrong():
             c = self.pick(cands)
             key = self.state.step_runs[c["stepRunId"]]["stepKey"]
-            self.run_command("admit_task_attempt", {"runId": c["runId"], "stepRunId": c["stepRunId"],
-                                                    "binding": plans.binding(key, self.pick(T.EXECUTOR_TYPES))})
+            self.admit_task(c["runId"], c["stepRunId"], *self.admission(c["runId"], key, self.pick(T.EXECUTOR_TYPES)))
             return
         steps = sorted(self.state.step_runs.values(), key=lambda s: s["id"])
         if not steps:
-            self.run_command("admit_task_attempt", {"runId": "run-missing", "stepRunId": "x",
-                                                    "binding": plans.binding("a")})
+            self.admit_task("run-missing", "x", plans.binding("a"), None)
             return
         s = self.pick(steps)
         variant = self.c.integer(0, 3)
-        b = plans.binding(s["stepKey"])
+        b, evidence = self.admission(s["runId"], s["stepKey"])
         admitted = [r for r in self.state.receipts.values()
                     if (r["runId"], r["stepRunId"], r["stepRunVersion"]) == (s["runId"], s["id"], s["version"])]
         if admitted and variant == 0:  # exact replay of an admitted epoch: existing
             b = {k: admitted[0][k] for k in plans.binding(s["stepKey"])}
-        if variant == 1:
-            b = plans.binding("zz")  # disagrees with the plan step: binding_inconsistent
+            revision = int(b["taskRevision"].split(":")[2])
+            again, evidence = self.admission(s["runId"], s["stepKey"], b["executorType"], revision)
+            evidence = evidence if again == b else None
+        if variant == 1:  # another Task's revision: disagrees with the plan step (binding_inconsistent)
+            others = sorted(k for k in {x["stepKey"] for x in self.state.steps_of_run(s["runId"])} if k != s["stepKey"])
+            b, evidence = (self.admission(s["runId"], s["stepKey"], task_key=others[0]) if others
+                           else (plans.binding("zz"), None))
         elif variant == 2:
-            b = {**b, "executorType": "quantum"}  # malformed: argument_invalid
-        elif variant == 3:
-            b = plans.binding(s["stepKey"], revision=2)  # replay with another binding: binding_mismatch
-        self.run_command("admit_task_attempt", {"runId": s["runId"], "stepRunId": s["id"], "binding": b})
+            b, evidence = {**b, "executorType": "quantum"}, None  # malformed: argument_invalid
+        elif variant == 3:  # replay with another binding: binding_mismatch
+            b, evidence = self.admission(s["runId"], s["stepKey"], revision=2)
+        self.admit_task(s["runId"], s["id"], b, evidence)
 
     def attempt_ids(self, active_only: bool) -> list[str]:
         return sorted(a["id"] for a in self.state.attempts.values()

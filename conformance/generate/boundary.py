@@ -59,8 +59,8 @@ class BoundaryGenerator(Generator):
         return run_id
 
     def attempt(self, run_id: str, key: str = "a") -> str:
-        out = self.run_command("admit_task_attempt", {"runId": run_id, "stepRunId": plans.step_run_id(run_id, key),
-                                                      "binding": plans.binding(key, self.pick(T.EXECUTOR_TYPES))})
+        binding, evidence = self.admission(run_id, key, self.pick(T.EXECUTOR_TYPES))
+        out = self.admit_task(run_id, plans.step_run_id(run_id, key), binding, evidence)
         assert out.result is not None, out.error  # out.ok: an outcome without an error carries its result
         return str(out.result["attempt"]["id"])
 
@@ -131,8 +131,7 @@ class BoundaryGenerator(Generator):
         refused = self.fresh()
         self.corrupt("stepRuns", plans.step_run_id(refused, "a"), {"attemptCount": T.MAX_STEP_RUN_ATTEMPTS})
         self.run_command("task_candidates", {"limit": self.c.integer(1, 3)})
-        self.run_command("admit_task_attempt", {"runId": refused, "stepRunId": plans.step_run_id(refused, "a"),
-                                                "binding": plans.binding("a")})
+        self.admit_task(refused, plans.step_run_id(refused, "a"), *self.admission(refused, "a"))
         running = self.fresh()
         aid = self.started(running)
         step_id = plans.step_run_id(running, "a")
@@ -148,8 +147,8 @@ class BoundaryGenerator(Generator):
         self.corrupt("attempts", first, {"attempt": T.MAX_RUN_ATTEMPTS - 1})
         self.corrupt("taskReceipts", first, {"attemptNumber": T.MAX_RUN_ATTEMPTS - 1})
         self.attempt(run_id, "b")  # number 8192
-        self.run_command("admit_task_attempt", {"runId": run_id, "stepRunId": plans.step_run_id(run_id, "c"),
-                                                "binding": plans.binding("c")})  # attempt_numbers_exhausted
+        # attempt_numbers_exhausted
+        self.admit_task(run_id, plans.step_run_id(run_id, "c"), *self.admission(run_id, "c"))
 
     def run_counter(self) -> None:
         run_id = self.fresh({"a": [], "b": ["a"]})

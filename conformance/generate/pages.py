@@ -12,7 +12,6 @@ cancellations, completions that unblock, recoveries, time) between the pages; ra
 
 from __future__ import annotations
 
-from qlwf.conformance.generate import plans
 from qlwf.conformance.generate.base import Generator, GeneratorConfig, RandomChooser
 from qlwf.conformance.traces.format import Trace, advance, corruption
 from qlwf.model import tables as T
@@ -35,8 +34,7 @@ class PageGenerator(Generator):
             if self.c.integer(0, 1) == 0:
                 continue
             key = self.state.step_runs[c["stepRunId"]]["stepKey"]
-            out = self.run_command("admit_task_attempt", {"runId": c["runId"], "stepRunId": c["stepRunId"],
-                                                          "binding": plans.binding(key)})
+            out = self.admit_task(c["runId"], c["stepRunId"], *self.admission(c["runId"], key))
             if out.ok and self.c.integer(0, 3):
                 assert out.result is not None  # an outcome without an error carries its result
                 aid = out.result["attempt"]["id"]

@@ -29,8 +29,10 @@ from typing import Any
 
 import orjson
 from qlwf.conformance.generate import boundaries
+from qlwf.conformance.generate.surface import FULL, Surface
 from qlwf.conformance.lockstep.coverage import Coverage
 from qlwf.conformance.lockstep.state_diff import RecordDiff, snapshot_diff
+from qlwf.conformance.report.paths import first_difference_path
 from qlwf.conformance.report.render import show_command
 from qlwf.conformance.traces.format import ModelStep, Trace, expectations, first_difference, model_step
 from qlwf.impl.port import ChangeTracking, CommandPort, FaultInjection, Snapshot
@@ -185,6 +187,30 @@ class Divergence:
     violations: list[str] = field(default_factory=list)
     source: Trace | None = field(default=None, repr=False, compare=False)  # the diverging trace, to save it
     trace_file: str | None = None  # where the runner saved it (printed with the `qlwf show` command)
+    compared: str = FULL.describe()  # what the comparison covered (the driver's declared surface)
+
+    @property
+    def outcome_difference(self) -> tuple[str, Any, Any] | None:
+        """The first path where the two outcomes differ, with both values, for an outcome divergence."""
+        if self.kind != "outcome":
+            return None
+        return first_difference_path(self.model_outcome, self.backend_outcome)
+
+    @property
+    def cause(self) -> str:
+        """command × first differing field or error kind: the key of the run's per-cause tally."""
+        s = self.step
+        what = s["name"] if s["op"] == "command" else s["op"]
+        found = self.outcome_difference
+        if found is not None:
+            path = found[0]
+            if path in ("", "error", "ok") or path.startswith("error."):
+                return f"{what} × {_error_kind(self.model_outcome)} vs {_error_kind(self.backend_outcome)}"
+            return f"{what} × {path}"
+        if self.kind == "state" and self.record_diffs:
+            d = self.record_diffs[0]
+            return f"{what} × state {d.kind}.{d.fields[0].path if d.fields else d.status}"
+        return f"{what} × {self.kind}"
 
     def render(self) -> str:
         s = self.step
@@ -192,9 +218,16 @@ class Divergence:
                 else json.dumps({k: v for k, v in s.items() if k in ("op", "deltaMs", "kind", "key", "patch")}))
         lines = [f"DIVERGENCE in trace {self.trace!r} at step {self.step_index}: {self.kind}",
                  f"  step:            {what}", "  why:             " + self.message.replace("\n", "\n" + " " * 19)]
+        lines.append(f"  compared:        {self.compared}")
         if self.model_outcome is not None or self.backend_outcome is not None:
             lines.append(f"  model outcome:   {_compact(self.model_outcome)}")
             lines.append(f"  backend outcome: {_compact(self.backend_outcome)}")
+        found = self.outcome_difference
+        if found is not None:  # in full, never clipped: the field a reviewer has to see
+            path, model, backend = found
+            lines.append(f"  differs at:      {path or '(the outcome)'}")
+            lines.append(f"    model:         {json.dumps(model, ensure_ascii=False)}")
+            lines.append(f"    backend:       {json.dumps(backend, ensure_ascii=False)}")
         if self.rules:
             lines.append(f"  model rules:     {', '.join(self.rules)}")
         if self.record_diffs:
@@ -212,7 +245,16 @@ class Divergence:
         return {"trace": self.trace, "stepIndex": self.step_index, "step": self.step, "kind": self.kind,
                 "message": self.message, "modelOutcome": self.model_outcome, "backendOutcome": self.backend_outcome,
                 "recordDiffs": [d.to_json() for d in self.record_diffs], "rules": list(self.rules),
-                "violations": self.violations, "traceFile": self.trace_file}
+                "violations": self.violations, "traceFile": self.trace_file, "compared": self.compared,
+                "cause": self.cause}
+
+
+def _error_kind(outcome: Record | None) -> str:
+    """`ok`, or an error as class/code/reason (what the driver reported of it)."""
+    if not isinstance(outcome, dict) or "error" not in outcome:
+        return "ok"
+    e = outcome["error"]
+    return "/".join(str(e[k]) for k in ("class", "code", "reason") if e.get(k))
 
 
 def _compact(value: Any, limit: int = 400) -> str:
@@ -237,8 +279,10 @@ class LockstepResult:
         return self.divergence is None
 
 
-def backend_outcome(port: CommandPort, name: str, args: Any, now: int) -> Record:
+def backend_outcome(port: CommandPort, name: str, args: Any, now: int, step: Record | None = None) -> Record:
     try:
+        if step is not None and "evidence" in step:
+            port.seed_evidence(step["evidence"])
         return {"ok": port.execute(name, args, now=now)}
     except QlwfError as e:
         return {"error": e.to_json()}
@@ -247,7 +291,7 @@ def backend_outcome(port: CommandPort, name: str, args: Any, now: int) -> Record
 def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck | None = None,
                  invariants_every_step: bool = True, check_expectations: bool = True,
                  coverage: Coverage | None = None, full_every: int = FULL_EVERY,
-                 cross_check: bool = False) -> LockstepResult:
+                 cross_check: bool = False, surface: Surface = FULL) -> LockstepResult:
     """Apply `trace` to a fresh model and to `port` (an empty store); stop at the first divergence.
 
     `invariants` is evaluated on the backend's read-back snapshot after every step, or only after
@@ -256,6 +300,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
     without evaluating (decisions Q-60), except at the last step, which is always evaluated;
     `cross_check` evaluates the steps the shortcut would decide too; a disagreement is a divergence.
     `full_every` = 1 reads and compares the whole store after every step whatever the port offers.
+    Outcomes are compared as far as `surface` declares (`Surface.view`: result keys, error detail).
     """
     result = LockstepResult(trace.name or trace.description)
     # A generated trace brings its generator's model run: from the same initial State object every
@@ -277,7 +322,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
 
         def diverge(kind: str, message: str, **extra: Any) -> LockstepResult:
             result.divergence = Divergence(result.trace, i, step, kind, message,  # noqa: B023
-                                           source=trace, **extra)
+                                           source=trace, compared=surface.describe(), **extra)
             return result
 
         t0 = time.perf_counter()
@@ -288,7 +333,7 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             if step["op"] == "command":
                 if queue_next is not None and i + 1 < len(trace.steps):
                     queue_next(trace.steps[i + 1], done.state.clock)
-                got = backend_outcome(port, step["name"], step["args"], done.state.clock)
+                got = backend_outcome(port, step["name"], step["args"], done.state.clock, step)
             elif step["op"] == "corrupt":
                 if not isinstance(port, FaultInjection):
                     return diverge("fault_injection", f"{type(port).__name__} cannot inject drift")
@@ -310,9 +355,13 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
         if done.outcome is not None and got is not None:
             if coverage is not None:
                 coverage.observe(step["name"], got, done.rules)
-            if canonical_json(done.outcome) != canonical_json(got):
-                return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=done.outcome,
-                               backend_outcome=got, rules=done.rules,
+            if surface is not FULL:  # only what the driver declared it returns
+                mine, theirs = surface.view(step["name"], done.outcome), surface.view(step["name"], got)
+            else:
+                mine, theirs = done.outcome, got
+            if canonical_json(mine) != canonical_json(theirs):
+                return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=mine,
+                               backend_outcome=theirs, rules=done.rules,
                                record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
         if fresh is None:  # the whole store: `model_snapshot != backend_snapshot`, kind by kind
             differs = (model_snapshot.keys() != backend_snapshot.keys()

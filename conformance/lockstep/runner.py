@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, TextIO
 
 from qlwf.conformance.backends import registry
 from qlwf.conformance.generate.sequences import GeneratorConfig, generate
+from qlwf.conformance.generate.surface import FULL, Surface, generate_within
 from qlwf.conformance.lockstep.compare import Divergence, LockstepResult, load_invariant_check, run_lockstep
 from qlwf.conformance.lockstep.coverage import Coverage
 from qlwf.conformance.processes.fork_pool import ForkPool
@@ -25,10 +27,12 @@ def corpus_traces(directory: Path = CORPUS_DIR) -> list[Trace]:
     return [load(p) for p in sorted(directory.glob("*.json"))]
 
 
-def generated_traces(count: int, seed: int, config: GeneratorConfig | None = None) -> Iterator[Trace]:
-    """`count` traces with seeds seed, seed+1, …; each reproducible on its own from its seed."""
+def generated_traces(count: int, seed: int, config: GeneratorConfig | None = None,
+                     surface: Surface | None = None) -> Iterator[Trace]:
+    """`count` traces with seeds seed, seed+1, …; each reproducible on its own from its seed (and the
+    surface it stays inside, when one is given)."""
     for i in range(count):
-        yield generate(seed + i, config)
+        yield generate(seed + i, config) if surface is None else generate_within(seed + i, surface, config)
 
 
 @dataclass
@@ -37,6 +41,9 @@ class RunSummary:
     results: list[LockstepResult] = field(default_factory=list)
     seconds: float = 0.0
     coverage: Coverage | None = None
+    # traces that need something the driver did not declare: (trace, the missing piece); never run
+    not_applicable: list[tuple[str, str]] = field(default_factory=list)
+    surface: Surface = FULL  # what the backend declared and was compared on
 
     @property
     def failures(self) -> list[LockstepResult]:
@@ -52,8 +59,9 @@ class RunSummary:
 
     @property
     def verdict(self) -> str:
-        """passed, failed, or unknown: no failure but no step either (no trace selected, or only empty
-        ones), so nothing was checked, and an evidence-free run is no pass (as `qlwf audit` of no Run)."""
+        """passed, failed, or unknown: no failure but no step either (no trace selected, none applicable,
+        or only empty ones), so nothing was checked, and an evidence-free run is no pass (as `qlwf audit`
+        of no Run). Not-applicable traces never count either way."""
         if self.failures:
             return "failed"
         return "passed" if self.steps else "unknown"
@@ -70,13 +78,45 @@ class RunSummary:
     def invariant_evaluations(self) -> int:
         return sum(r.invariant_evaluations for r in self.results)
 
+    def not_applicable_by_piece(self) -> dict[str, int]:
+        """How many traces each missing piece made not applicable, most first."""
+        return dict(Counter(piece for _, piece in self.not_applicable).most_common())
+
+    def causes(self) -> dict[str, int]:
+        """The failures by cause (command × first differing field or error kind), most first."""
+        return dict(Counter(r.divergence.cause for r in self.failures if r.divergence).most_common())
+
+    def applicability(self) -> str:
+        """`N applicable, M not applicable (piece: n, …)`; empty when every trace was applicable."""
+        if not self.not_applicable:
+            return ""
+        pieces = ", ".join(f"{piece}: {n}" for piece, n in self.not_applicable_by_piece().items())
+        return f"{len(self.results)} applicable, {len(self.not_applicable)} not applicable ({pieces})"
+
     def line(self) -> str:
         rate = self.steps / self.seconds if self.seconds > 0 else 0.0
+        applicable = f"; {self.applicability()}" if self.not_applicable else ""
+        compared = f"; compared: {self.surface.describe()}" if not self.surface.full else ""
         if self.verdict == "unknown":
-            return f"conform {self.backend}: NO VERDICT — {len(self.results)} traces, 0 steps: nothing was checked"
+            return (f"conform {self.backend}: NO VERDICT — {len(self.results)} traces, 0 steps: nothing was checked"
+                    f"{applicable}{compared}")
         verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} failing)"
         return (f"conform {self.backend}: {verdict} — {len(self.results)} traces, {self.steps} steps, "
-                f"{self.seconds:.2f} s, {rate:.0f} steps/s")
+                f"{self.seconds:.2f} s, {rate:.0f} steps/s{applicable}{compared}")
+
+    def cause_lines(self) -> list[str]:
+        """The per-cause tally of the failures, one line each."""
+        return [f"  {n:4d}  {cause}" for cause, n in self.causes().items()]
+
+    def merge(self, other: RunSummary) -> None:
+        """Add `other`'s traces (another part of the same run) to this summary."""
+        self.results += other.results
+        self.not_applicable += other.not_applicable
+        self.seconds += other.seconds
+        if other.results or other.not_applicable:
+            self.surface = other.surface
+        if self.coverage is not None and other.coverage is not None:
+            self.coverage.merge(other.coverage)
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "passed": self.verdict == "passed", "verdict": self.verdict,
@@ -88,6 +128,9 @@ class RunSummary:
                            "snapshotSeconds": round(sum(r.snapshot_seconds for r in self.results), 3),
                            "checkSeconds": round(sum(r.check_seconds for r in self.results), 3)},
                 "failures": [r.divergence.to_json() for r in self.failures if r.divergence],
+                "causes": self.causes(), "compared": self.surface.describe(),
+                "surface": {"commands": sorted(self.surface.commands), **self.surface.to_hello()},
+                "applicable": len(self.results), "notApplicable": self.not_applicable_by_piece(),
                 "coverage": self.coverage.report() if self.coverage else None}
 
 
@@ -119,7 +162,10 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
 
     A trace that fails as the loss of the backend's storage would make it fail (a crash, an Unavailable
     answer, a store that cannot be opened) while the storage does not answer raises BackendLost: no
-    divergence is reported for it (decisions Q-107)."""
+    divergence is reported for it (decisions Q-107).
+
+    A backend that declares a surface (an exec driver's hello) runs only the traces inside it, compared
+    as far as it declared; a trace that needs more is counted as not applicable by its missing piece."""
     factory = registry.get(backend).create()
     check = load_invariant_check() if invariants else None
     summary = RunSummary(backend, coverage=Coverage(backend))
@@ -132,11 +178,19 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
             except Exception as e:
                 _raise_if_lost(factory, f"opening a fresh store for trace {name!r}: {type(e).__name__}")
                 raise
+            surface = getattr(port, "surface", FULL)
+            summary.surface = surface
+            missing = surface.missing_piece(trace) if surface is not FULL else None
+            if missing is not None:
+                with _unless_lost(factory, f"closing the store of trace {name!r}"):
+                    port.close()
+                summary.not_applicable.append((name, missing))
+                continue
             try:
                 # the read-back a divergence's report makes can fail too: same question then
                 with _unless_lost(factory, f"trace {name!r}"):
                     result = run_lockstep(trace, port, invariants=check, invariants_every_step=invariants_every_step,
-                                          coverage=summary.coverage)
+                                          coverage=summary.coverage, surface=surface)
             finally:
                 with _unless_lost(factory, f"closing the store of trace {name!r}"):
                     port.close()
@@ -180,9 +234,9 @@ def _unless_lost(factory: registry.BackendFactory, when: str) -> Iterator[None]:
         raise
 
 
-def _generated_chunk(job: tuple[str, int, int, GeneratorConfig | None, bool, bool]) -> RunSummary:
-    backend, count, seed, config, invariants, every_step = job
-    return run_traces(backend, generated_traces(count, seed, config), invariants=invariants,
+def _generated_chunk(job: tuple[str, int, int, GeneratorConfig | None, bool, bool, Surface | None]) -> RunSummary:
+    backend, count, seed, config, invariants, every_step, surface = job
+    return run_traces(backend, generated_traces(count, seed, config, surface), invariants=invariants,
                       invariants_every_step=every_step)
 
 
@@ -191,18 +245,20 @@ CHUNK_TRACES = 8  # smallest work item of a parallel run
 
 def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfig | None = None, jobs: int = 1,
                   invariants: bool = True, invariants_every_step: bool = True,
-                  on_result: Callable[[LockstepResult], None] | None = None) -> RunSummary:
-    """`count` generated traces (seeds seed…seed+count-1), split over `jobs` forked worker processes.
+                  on_result: Callable[[LockstepResult], None] | None = None,
+                  surface: Surface | None = None) -> RunSummary:
+    """`count` generated traces (seeds seed…seed+count-1), split over `jobs` forked worker processes;
+    with `surface`, traces that stay inside it (conformance/generate/surface.py).
 
     Results come back in seed order whatever `jobs` is; `on_result` sees each one (in a parallel
     run, a chunk at a time as the chunks finish in order)."""
     jobs = max(1, min(jobs, count))
     if jobs == 1:
-        return run_traces(backend, generated_traces(count, seed, config), invariants=invariants,
+        return run_traces(backend, generated_traces(count, seed, config, surface), invariants=invariants,
                           invariants_every_step=invariants_every_step, on_result=on_result)
     # A few chunks per worker: steady progress, yet few fresh stores (each chunk opens one backend).
     size = max(CHUNK_TRACES, -(-count // (4 * jobs)))
-    work = [(backend, min(size, seed + count - start), start, config, invariants, invariants_every_step)
+    work = [(backend, min(size, seed + count - start), start, config, invariants, invariants_every_step, surface)
             for start in range(seed, seed + count, size)]
     begin = time.perf_counter()
     merged = RunSummary(backend, coverage=Coverage(backend))
@@ -215,11 +271,25 @@ def run_generated(backend: str, count: int, seed: int, *, config: GeneratorConfi
                 for result in part.results:
                     on_result(result)
     for part in parts:
-        merged.results += part.results
-        if part.coverage is not None and merged.coverage is not None:
-            merged.coverage.merge(part.coverage)
+        merged.merge(part)
     merged.seconds = time.perf_counter() - begin
     return merged
+
+
+def declared_surface(backend: str) -> Surface:
+    """What a driver backend declares in hello (one store opened and closed); the full surface for
+    any other backend, which declares nothing."""
+    spec = registry.get(backend)
+    if not spec.has("driver"):
+        return FULL
+    factory = spec.create()
+    try:
+        port = factory.open()
+        port.close()
+    finally:
+        factory.shutdown()
+    surface: Surface = getattr(port, "surface", FULL)
+    return surface
 
 
 def save_divergence(divergence: Divergence, backend: str, directory: Path | None = None) -> Path | None:
@@ -243,31 +313,39 @@ def save_divergence(divergence: Divergence, backend: str, directory: Path | None
 
 def conform(backend: str, traces: int, seed: int, corpus: bool, as_json: bool, out: TextIO,
             invariants: bool = True, jobs: int = 1,
-            progress: Callable[[LockstepResult], None] | None = None) -> int:
-    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all passed, 1 on a
-    divergence, 3 when no step ran (nothing checked: no verdict).
+            progress: Callable[[LockstepResult], None] | None = None,
+            out_dir: Path | None = None, profile: Surface | None = None) -> int:
+    """`qlwf conform`: the corpus (optional) then `traces` generated traces; exit 0 iff all applicable
+    traces passed, 1 on a divergence, 3 when no step ran (nothing checked, or nothing applicable: no verdict).
 
-    `progress` sees every result as it arrives (the CLI shows it on stderr); the report goes to `out`."""
+    `progress` sees every result as it arrives (the CLI shows it on stderr); the report goes to `out`;
+    counterexamples to `out_dir` (default: trace_dir()). Generated traces stay inside `profile`, else
+    inside the restricted surface the driver declared during the corpus run, if any."""
 
     def report(result: LockstepResult) -> None:
         if result.divergence is not None:
-            save_divergence(result.divergence, backend)
+            save_divergence(result.divergence, backend, out_dir)
             if not as_json:
                 print(result.divergence.render(), file=out)
         if progress is not None:
             progress(result)
 
     summary = run_traces(backend, corpus_traces() if corpus else [], invariants=invariants, on_result=report)
-    generated = run_generated(backend, traces, seed, jobs=jobs, invariants=invariants, on_result=report)
-    summary.results += generated.results
-    summary.seconds += generated.seconds
-    if summary.coverage is not None and generated.coverage is not None:
-        summary.coverage.merge(generated.coverage)
+    within = profile
+    if within is None and traces:
+        declared = summary.surface if summary.results or summary.not_applicable else declared_surface(backend)
+        within = None if declared.full else declared
+    generated = run_generated(backend, traces, seed, jobs=jobs, invariants=invariants, on_result=report,
+                              surface=within)
+    summary.merge(generated)
     if as_json:
         print(json.dumps(summary.to_json(), ensure_ascii=False), file=out)
     else:
         assert summary.coverage is not None
         print(summary.coverage.render(), file=out)
+        if summary.failures:
+            print("failures by cause (command × first differing field or error kind):", file=out)
+            print("\n".join(summary.cause_lines()), file=out)
     print(summary.line(), file=out)
     return summary.exit_code
 
@@ -281,6 +359,10 @@ def replay(path: str | Path, backend: str, as_json: bool, out: TextIO, invariant
         print(f"qlwf replay: {path}: {e}", file=sys.stderr)
         return 2
     summary = run_traces(backend, [trace], invariants=invariants)
+    if not summary.results:  # outside the driver's declared surface: no verdict
+        print(f"replay {Path(path).name} on {backend}: NOT APPLICABLE — needs {summary.not_applicable[0][1]}, "
+              f"which the driver does not declare", file=out)
+        return 3
     result = summary.results[0]
     if result.divergence is not None:
         save_divergence(result.divergence, backend)

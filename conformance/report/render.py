@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qlwf.conformance.checkers.replay import state_diff
+from qlwf.conformance.report.paths import first_difference_path
 from qlwf.conformance.traces.format import Trace, model_step
 from qlwf.model.canonical import canonical_json
 from qlwf.model.invariants import check_invariants
@@ -145,7 +146,11 @@ def _disagreement(step: Record, outcome: Record | None, rules: tuple[str, ...], 
     if "clock" in step and step["clock"] != clock:
         return f"recorded clock {step['clock']}, model {clock}"
     if "outcome" in step and outcome is not None and canonical_json(step["outcome"]) != canonical_json(outcome):
-        return f"recorded outcome {_outcome_text(step['outcome'])!r}, model {_outcome_text(outcome)!r}"
+        found = first_difference_path(step["outcome"], outcome)
+        where = "" if found is None else (f" (at {found[0] or 'the outcome'}: recorded "
+                                          f"{json.dumps(found[1], ensure_ascii=False)}, model "
+                                          f"{json.dumps(found[2], ensure_ascii=False)})")
+        return f"recorded outcome {_outcome_text(step['outcome'])!r}, model {_outcome_text(outcome)!r}{where}"
     if "rules" in step and list(step["rules"]) != list(rules):
         return f"recorded rules {', '.join(step['rules']) or '(none)'}, model {', '.join(rules) or '(none)'}"
     return None

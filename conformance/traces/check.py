@@ -1,4 +1,4 @@
-"""`qlwf traces check`: a trace file against the qlwf-trace@1 schema, then every expectation against the model.
+"""`qlwf traces check`: a trace file against the qlwf-trace schema, then every expectation against the model.
 
 A file is *invalid* (not judged) when it is unreadable, not JSON, breaks conformance/exec/schema/trace.json
 or holds a step the model cannot run at all (e.g. a corrupt step on a record that does not exist).
@@ -6,7 +6,9 @@ Otherwise the model re-derives every step from the inputs alone (initialClock, t
 name/args, deltaMs, corrupt kind/key/patch) and the file is *wrong* at the first step where a
 recorded value (atMs, clock, outcome, rules, the state's digest or one of its records) differs. The
 report names that step, the first differing key with both values, and a record-level diff of the
-state the file claims against the model's (conformance/lockstep/state_diff.py).
+state the file claims against the model's (conformance/lockstep/state_diff.py). An admit_task_attempt
+step's `evidence` (version 2) is wrong when the step's binding is not the one task-attempts.md §3A
+derives from it for the step's plan step (model/evidence.py `trace_evidence_problem`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from qlwf.conformance.exec.protocol_schema import document_problems
 from qlwf.conformance.lockstep.state_diff import RecordDiff, snapshot_diff, value_diff
 from qlwf.conformance.traces.format import (
+    EVIDENCE_COMMAND,
     Snapshot,
     TraceFormatError,
     expectations,
@@ -27,6 +30,7 @@ from qlwf.conformance.traces.format import (
     model_step,
     read_json_file,
 )
+from qlwf.model.evidence import trace_evidence_problem
 from qlwf.model.records import KIND_KEYS
 from qlwf.model.state import State
 
@@ -159,6 +163,10 @@ def check_document(doc: Any, path: str) -> CheckResult:
     before = state.snapshot()
     for i, step in enumerate(trace.steps):
         inputs = {k: v for k, v in step.items() if k in ("op", "name", "args", "deltaMs", "kind", "key", "patch")}
+        problem = evidence_problem(state, step)
+        if problem is not None:
+            binding = step["args"].get("binding") if isinstance(step["args"], dict) else None
+            return CheckResult(path, "wrong", i + 1, wrong=WrongStep(i, step, "evidence", binding, problem))
         try:
             done = model_step(state, inputs)
         except (ValueError, KeyError, TypeError) as e:
@@ -179,6 +187,20 @@ def check_document(doc: Any, path: str) -> CheckResult:
         state, before = done.state, after
     # a file of no step holds no expectation: "ok" would be a pass on nothing (as `qlwf audit` of no Run)
     return CheckResult(path, "ok" if trace.steps else "empty", len(trace.steps))
+
+
+def evidence_problem(state: State, step: Record) -> str | None:
+    """Why the ql3 evidence of an admit_task_attempt step does not derive its binding (None: it does, or
+    the step carries none). Evidence belongs to a step whose Run has one admitted plan holding the StepRun."""
+    if step.get("op") != "command" or step.get("name") != EVIDENCE_COMMAND or step.get("evidence") is None:
+        return None
+    args = step["args"] if isinstance(step["args"], dict) else {}
+    run_id, step_run_id = args.get("runId"), args.get("stepRunId")
+    admitted = state.admission_of_run(run_id) if isinstance(run_id, str) else []
+    step_run = state.step_runs.get(step_run_id) if isinstance(step_run_id, str) else None
+    if len(admitted) != 1 or step_run is None:
+        return "evidence on a step whose Run and StepRun no admitted plan backs (it must be null there)"
+    return trace_evidence_problem(admitted[0]["plan"], step_run["stepKey"], args.get("binding"), step["evidence"])
 
 
 def _short_text(text: str, limit: int = 240) -> str:

@@ -39,11 +39,12 @@ class Scenario:
         self.state = State(clock=T0)
         self.steps: list[Record] = []
 
-    def cmd(self, name: str, expect: str | None = None, **args: Any) -> Outcome:
-        """Run a command; `expect` is the result status, "page" for queries, or an error reason."""
+    def cmd(self, name: str, expect: str | None = None, *evidence: Record | None, **args: Any) -> Outcome:
+        """Run a command; `expect` is the result status, "page" for queries, or an error reason; `evidence`:
+        an admit_task_attempt step's ql3 evidence (see `task`)."""
         out = apply(self.state, {"name": name, "args": args}, self.state.clock)
         self.state = out.state
-        self.steps.append(command(name, args))
+        self.steps.append(command(name, args, *evidence))
         if expect is not None:
             got = out.error.reason if out.error else (out.result or {}).get("status", "page")
             if got != expect:
@@ -75,9 +76,17 @@ class Scenario:
         self.cmd("admit_workflow", "created", plan=plan)
         return plan
 
+    def task(self, expect: str, run_id: str, key: str, executor: str = "remote_worker", revision: int = 1,
+             task_key: str | None = None, step_run_id: str | None = None) -> Outcome:
+        """admit_task_attempt of the plan step `key` with a binding derived from ql3 evidence built for the
+        Run's plan (plans.admission), the evidence carried by the step."""
+        (admitted,) = self.state.admission_of_run(run_id)
+        binding, evidence = plans.admission(admitted["plan"], key, executor, revision, task_key)
+        return self.cmd("admit_task_attempt", expect, evidence, runId=run_id,
+                        stepRunId=step_run_id or plans.step_run_id(run_id, key), binding=binding)
+
     def attempt(self, run_id: str, key: str, executor: str = "remote_worker") -> str:
-        out = self.cmd("admit_task_attempt", "created", runId=run_id, stepRunId=plans.step_run_id(run_id, key),
-                       binding=plans.binding(key, executor))
+        out = self.task("created", run_id, key, executor)
         assert out.result is not None
         return str(out.result["attempt"]["id"])
 
@@ -115,15 +124,15 @@ def step_ids_sort_against_keys() -> Scenario:
     plan = plans.make_plan("run-1", "plan-1", {"a": [], "b": [], "c": ["a", "b"]}, T0, step_ids=ids)
     s.cmd("admit_workflow", "created", plan=plan)
     for key in ("b", "a"):
-        out = s.cmd("admit_task_attempt", "created", runId="run-1", stepRunId=ids[key], binding=plans.binding(key))
+        out = s.task("created", "run-1", key, step_run_id=ids[key])
         assert out.result is not None
         aid = str(out.result["attempt"]["id"])
         s.running(aid)
         s.cmd("complete_attempt", "completed", **s.fence(aid), exitCode=0)
     s.time(1000)
     s.cmd("advance_frontier", "advanced", runId="run-1")  # c ready
-    s.cmd("admit_task_attempt", "binding_inconsistent", runId="run-1", stepRunId=ids["c"], binding=plans.binding("a"))
-    s.cmd("admit_task_attempt", "created", runId="run-1", stepRunId=ids["c"], binding=plans.binding("c"))
+    s.task("binding_inconsistent", "run-1", "c", task_key="a", step_run_id=ids["c"])
+    s.task("created", "run-1", "c", step_run_id=ids["c"])
     return s
 
 
@@ -241,7 +250,7 @@ def drift_rolls_back() -> Scenario:
     s.cmd("converge_cancellation", "step_drift", runId="run-1")
     s.corrupt("runs", "run-2", {"taskId": "other-workflow"})
     s.cmd("advance_frontier", "run_drift", runId="run-2")
-    s.cmd("admit_task_attempt", "run_drift", runId="run-2", stepRunId="run-2:a", binding=plans.binding("a"))
+    s.task("run_drift", "run-2", "a")
     aid = s.attempt("run-3", "a")
     s.corrupt("taskReceipts", aid, {"attemptNumber": 7})
     s.cmd("claim_lease", "receipt_drift", attemptId=aid, workerId="w1", durationMs=10_000)
@@ -317,7 +326,7 @@ def settled_replay() -> Scenario:
     s.cmd("advance_frontier", "settled", runId="run-1")
     s.cmd("request_cancel", "run_terminal", runId="run-1", reason="user", actor={"type": "user"})
     s.cmd("converge_cancellation", "not_cancelling", runId="run-1")
-    s.cmd("admit_task_attempt", "step_not_ready", runId="run-1", stepRunId="run-1:a", binding=plans.binding("a"))
+    s.task("step_not_ready", "run-1", "a")
     return s
 
 
@@ -331,9 +340,8 @@ def admission_replay() -> Scenario:
     s.time(1000)
     s.cmd("advance_frontier", "advanced", runId="run-1")
     aid = s.attempt("run-1", "b")
-    s.cmd("admit_task_attempt", "existing", runId="run-1", stepRunId="run-1:b", binding=plans.binding("b"))
-    s.cmd("admit_task_attempt", "binding_mismatch", runId="run-1", stepRunId="run-1:b",
-          binding=plans.binding("b", revision=2))
+    s.task("existing", "run-1", "b")
+    s.task("binding_mismatch", "run-1", "b", revision=2)
     s.claim(aid)
     s.cmd("admit_workflow", "existing", plan=plan)
     s.cmd("request_cancel", "requested", runId="run-1", reason="user", actor={"type": "user", "id": "alice"})
@@ -430,8 +438,7 @@ def siblings_cancelled_while_blocked() -> Scenario:
     s.cmd("claim_lease", "not_eligible", attemptId=idle, workerId="w1", durationMs=10_000)
     s.cmd("start_attempt", "cancellation_requested", **s.fence(leased), timeoutMs=None)
     s.cmd("record_running", "cancellation_requested", **s.fence(starting))
-    s.cmd("admit_task_attempt", "cancellation_requested", runId="run-1", stepRunId="run-1:s",
-          binding=plans.binding("s"))
+    s.task("cancellation_requested", "run-1", "s")
     s.cmd("advance_frontier", "cancellation_requested", runId="run-1")
     s.cmd("renew_lease", "stop_requested", **s.fence(running), durationMs=10_000)
     s.cmd("task_candidates", "page", limit=5)

@@ -9,6 +9,11 @@ A trace file is one JSON object:
        {"op": "corrupt", "kind": "stepRuns", "key": ["run-1:a"], "patch": {"resultCode": "x"}}
      ]}
 
+Version 2 adds `evidence` to `admit_task_attempt` command steps: the ql3 records the step's binding
+derives from ({"taskReconciliation": receipt, "execution": revision}, task-attempts.md §3A), or null
+where the binding is deliberately not derivable. A content-addressed store seeds its rows from it;
+`qlwf traces check` holds binding = derived(evidence). Version 1 files are still read.
+
 `corrupt` is a fault-injection step (drift traces): the backend overwrites one stored record
 behind the commands' back and the model mirrors it (conformance/traces/drift_mirror.py). Once recorded, every
 step also carries what the model did: `clock` (the harness clock after the step), `outcome`
@@ -40,7 +45,9 @@ from qlwf.model.state import State
 from qlwf.model.system import COMMANDS, Outcome, advance_time, apply
 
 TRACE_FORMAT = "qlwf-trace"
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+READ_VERSIONS = (1, 2)  # version 1: no `evidence` on admit_task_attempt steps
+EVIDENCE_COMMAND = "admit_task_attempt"  # the one command whose steps carry ql3 evidence
 STEP_OPS = ("advance_time", "command", "corrupt")
 # Everything the model derives from a step's inputs; `atMs` is derived too (initialClock plus the
 # advances so far), so a hand-edited time is caught like any other expectation.
@@ -90,8 +97,15 @@ class Trace:
                      self.state_form)
 
 
-def command(name: str, args: Any) -> Record:
-    return {"op": "command", "name": name, "args": args}
+_NO_EVIDENCE: Any = object()
+
+
+def command(name: str, args: Any, evidence: Any = _NO_EVIDENCE) -> Record:
+    """A command step; `evidence` ({"taskReconciliation", "execution"} or None) only for admit_task_attempt."""
+    step: Record = {"op": "command", "name": name, "args": args}
+    if evidence is not _NO_EVIDENCE:
+        step["evidence"] = evidence
+    return step
 
 
 def advance(delta_ms: int) -> Record:
@@ -102,7 +116,7 @@ def corruption(kind: str, key: list[Any], patch: Record) -> Record:
     return {"op": "corrupt", "kind": kind, "key": key, "patch": patch}
 
 
-def validate_step(step: Any, index: int) -> None:
+def validate_step(step: Any, index: int, version: int = TRACE_VERSION) -> None:
     if not isinstance(step, dict) or step.get("op") not in STEP_OPS:
         raise TraceFormatError(f"step {index}: op must be one of {STEP_OPS}")
     op = step["op"]
@@ -110,7 +124,8 @@ def validate_step(step: Any, index: int) -> None:
     missing = [k for k in required if k not in step]
     if missing:
         raise TraceFormatError(f"step {index} ({op}): missing {missing}")
-    extra = sorted(set(step) - {"op", *required, *EXPECTATION_KEYS})
+    optional = {"evidence"} if version >= 2 and op == "command" and step.get("name") == EVIDENCE_COMMAND else set()
+    extra = sorted(set(step) - {"op", *required, *optional, *EXPECTATION_KEYS})
     if extra:
         raise TraceFormatError(f"step {index} ({op}): unexpected keys {extra}")
     if op == "command" and (type(step["name"]) is not str or step["name"] not in COMMANDS):
@@ -119,18 +134,24 @@ def validate_step(step: Any, index: int) -> None:
         raise TraceFormatError(f"step {index}: deltaMs must be an int >= 0")
     if "atMs" in step and (type(step["atMs"]) is not int or step["atMs"] < 0):
         raise TraceFormatError(f"step {index}: atMs must be an int >= 0")
+    evidence = step.get("evidence")
+    if evidence is not None and not (isinstance(evidence, dict) and set(evidence) == {"taskReconciliation", "execution"}
+                                     and all(isinstance(v, dict) for v in evidence.values())):
+        raise TraceFormatError(f"step {index}: evidence must be null or {{taskReconciliation, execution}} objects")
 
 
 def from_json(obj: Any, name: str = "") -> Trace:
     if not isinstance(obj, dict) or obj.get("format") != TRACE_FORMAT:
         raise TraceFormatError(f"not a {TRACE_FORMAT} document")
-    if obj.get("version") != TRACE_VERSION:
-        raise TraceFormatError(f"unsupported trace version {obj.get('version')!r} (this harness reads {TRACE_VERSION})")
+    version = obj.get("version")
+    if type(version) is not int or version not in READ_VERSIONS:
+        raise TraceFormatError(f"unsupported trace version {version!r} (this harness reads "
+                               f"{', '.join(map(str, READ_VERSIONS))})")
     clock = obj.get("initialClock")
     if type(clock) is not int or clock < 0 or not isinstance(obj.get("steps"), list):
         raise TraceFormatError("initialClock must be an int >= 0 and steps a list")
     for i, step in enumerate(obj["steps"]):
-        validate_step(step, i)
+        validate_step(step, i, version)
     form = obj.get("stateForm", "changes")
     if form not in STATE_FORMS:
         raise TraceFormatError(f"stateForm must be one of {STATE_FORMS}, got {form!r}")

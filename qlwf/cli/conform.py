@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from qlwf.cli.argtypes import integer, processes, seconds_up_to
 from qlwf.conformance import backends
+from qlwf.conformance.exec.profiles import PROFILES
 from qlwf.conformance.lockstep import runner
 from qlwf.support.progress import Progress
 
@@ -22,7 +24,7 @@ EXIT_CODES = ("exit codes: 0 every trace and concurrency run passed; 1 a diverge
               "3 no verdict: storage unreachable (the server went away during a concurrency run and did not come "
               "back within --reconnect-window, the report says how far the run got, or stopped answering during a "
               "lockstep run: no verdict on the step it was on), or nothing was checked (--traces 0 alone, "
-              "--ops 0)")
+              "--ops 0, or no trace inside the driver's declared surface)")
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +57,13 @@ def register(subparsers: Any) -> None:
     conform.add_argument("--reconnect-window", type=seconds_up_to(3600), default=30.0, metavar="SECONDS",
                          help="how long a concurrency run waits for an unreachable server before it stops with "
                               "exit 3 (default: 30)")
+    conform.add_argument("--out", type=Path, default=None, metavar="DIR",
+                         help="write counterexample traces to DIR (default: $QLWF_TRACE_DIR, else "
+                              "reports/counterexamples)")
+    conform.add_argument("--profile", default=None, choices=sorted(PROFILES), metavar="NAME",
+                         help="generate traces inside the surface of ql3's adapter NAME (edge, cluster: "
+                              "docs/protocol.md); by default inside what the driver declares in hello, once the "
+                              "corpus run has met it")
     _driver_options(conform)
     conform.set_defaults(func=_conform)
 
@@ -157,7 +166,8 @@ def _run_conform(args: argparse.Namespace) -> int:
         try:
             code = runner.conform(args.backend, traces, args.seed, args.corpus, args.json, sys.stdout,
                                   invariants=not args.no_invariants, jobs=args.jobs,
-                                  progress=lambda r: bar.advance(1, r.steps))
+                                  progress=lambda r: bar.advance(1, r.steps), out_dir=args.out,
+                                  profile=PROFILES[args.profile] if args.profile else None)
         except Exception:  # a broken driver: the bar's last line before the report of it
             bar.close()
             raise

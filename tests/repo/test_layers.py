@@ -51,7 +51,7 @@ ROOMS: dict[str, dict[str, tuple[str, ...]]] = {
         "report": ("traces.format", "checkers.replay"),
         "traces": ("generate", "exec.protocol_schema", "lockstep.state_diff"),
         "generate": ("traces.format", "traces.drift_mirror"),
-        "exec": ("processes", "report", "backends.registry", "drivers"),
+        "exec": ("processes", "report", "backends.registry", "drivers", "generate.surface"),
         "drivers": ("backends.postgres",),
         "lockstep": ("traces", "generate", "report", "processes", "backends.registry"),
         "faults": ("traces", "lockstep", "provision", "backends.registry", "backends.postgres"),
@@ -345,7 +345,7 @@ def test_the_room_check_reports_an_import_its_room_may_not_make() -> None:
                    ("qlwf.cli.check", "qlwf.gate.checks", False))
     assert room_violations(graph) == [
         "qlwf.conformance.exec.port -> qlwf.conformance.backends (qlwf.conformance.exec.port.py:3): room exec may "
-        "import ('processes', 'report', 'backends.registry', 'drivers')",
+        "import ('processes', 'report', 'backends.registry', 'drivers', 'generate.surface')",
         "qlwf.conformance.processes.fork_pool -> qlwf.conformance.lockstep.runner "
         "(qlwf.conformance.processes.fork_pool.py:1): room processes may import none",
         "qlwf.gate.checks -> qlwf.cli.explore (qlwf.gate.checks.py:4): room gate may import ('support',)"]

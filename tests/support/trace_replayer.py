@@ -37,8 +37,9 @@ def replay(trace_text: str, port: Any) -> list[Record]:
 
     Returns one line of evidence per step: {index, op, outcome compared, records compared}."""
     trace = json.loads(trace_text)
-    if (trace.get("format"), trace.get("version")) != ("qlwf-trace", 1) or "stateForm" not in trace:
-        raise ValueError("not a self-contained qlwf-trace@1 file")
+    # version 2 adds `evidence` to admit_task_attempt steps, which a store taking the binding as given ignores
+    if trace.get("format") != "qlwf-trace" or trace.get("version") not in (1, 2) or "stateForm" not in trace:
+        raise ValueError("not a self-contained qlwf-trace file of version 1 or 2")
     keys, form = trace["recordKeys"], trace["stateForm"]
     expected = _by_key(trace["initialState"], keys)
     got = _by_key(port.snapshot(), keys)

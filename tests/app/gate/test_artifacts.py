@@ -67,6 +67,7 @@ def test_regenerate_check_reports_a_stale_file_and_rewrites_it(tmp_path: Path) -
     # the ADR matrix also names the mutant manifest's modules (docs/generate.py TEST_FILES)
     shutil.copytree(REPO / "conformance" / "mutants", root / "conformance" / "mutants",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "bench" / "results", root / "bench" / "results")  # docs/benchmarks.md's source
     (root / "docs" / "tables.md").write_text("edited by hand\n", encoding="utf-8")
     cmd = [sys.executable, "-m", "qlwf.cli", "regenerate", "--only", "docs", "--root", str(root)]
     check = subprocess.run([*cmd, "--check"], capture_output=True, text=True, timeout=120, check=False)

@@ -95,6 +95,8 @@ def test_a_recorded_step_the_model_no_longer_produces_is_flagged() -> None:
     view = render.build(trace)
     assert view.failing_step == 2 and "recorded outcome 'advanced', model 'unchanged'" in (view.steps[2].disagreement
                                                                                            or "")
+    # the differing field in full: the recorded outcome lacks every key but status
+    assert '(at ok.status: recorded "advanced", model "unchanged")' in (view.steps[2].disagreement or "")
 
 
 def test_a_model_crash_is_shown_and_ends_the_table(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ def test_state_diff_lists_added_changed_and_removed_records() -> None:
 
 def test_model_replay_refuses_what_it_cannot_replay() -> None:
     with pytest.raises(ReplayError):
-        replay_trace({"format": "qlwf-trace", "version": 2, "initialClock": 0, "steps": []}, out=lambda _: None)
+        replay_trace({"format": "qlwf-trace", "version": 3, "initialClock": 0, "steps": []}, out=lambda _: None)
     corrupt = {"format": "qlwf-trace", "version": 1, "initialClock": 0,
                "steps": [{"op": "corrupt", "kind": "runs", "key": ["r"], "patch": {}}]}
     with pytest.raises(ReplayError, match="cannot be replayed by the pure model"):

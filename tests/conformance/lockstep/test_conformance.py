@@ -255,12 +255,12 @@ def test_trace_round_trip(tmp_path: Path) -> None:
     assert again.to_json() == trace.to_json() and again.name == "t"
     assert record(trace.inputs()).to_json() == trace.to_json()
     head = json.loads((tmp_path / "t.json").read_text())
-    assert (head["format"], head["version"]) == ("qlwf-trace", 1)
+    assert (head["format"], head["version"]) == ("qlwf-trace", 2)
 
 
 @pytest.mark.parametrize("doc", [
     {"format": "other", "version": 1, "initialClock": 0, "steps": []},
-    {"format": "qlwf-trace", "version": 2, "initialClock": 0, "steps": []},
+    {"format": "qlwf-trace", "version": 3, "initialClock": 0, "steps": []},
     {"format": "qlwf-trace", "version": 1, "initialClock": -1, "steps": []},
     {"format": "qlwf-trace", "version": 1, "initialClock": 0, "steps": [{"op": "sleep"}]},
     {"format": "qlwf-trace", "version": 1, "initialClock": 0, "steps": [{"op": "advance_time", "deltaMs": -5}]},
