@@ -168,8 +168,8 @@ def test_a_server_lost_while_a_divergence_is_reported_is_no_verdict(backend_on: 
     calls = itertools.count(1)
     backend_outcome, whole = lockstep.backend_outcome, lockstep.ReadBack.whole
 
-    def unavailable_once(port: Any, name: str, args: Any, now: int) -> Any:
-        got = backend_outcome(port, name, args, now)
+    def unavailable_once(port: Any, name: str, args: Any, now: int, step: Any = None) -> Any:
+        got = backend_outcome(port, name, args, now, step)
         if next(calls) == 5:  # as a connection killed under the command would answer
             return {"error": {"class": "Unavailable", "code": "QL3_STORAGE_UNAVAILABLE", "reason": "storage_error"}}
         return got
