@@ -1,12 +1,13 @@
 """Another test module of the suite, loaded by its path under tests/ (a test that reruns its cases on mutants).
 
-Test modules are not a package: each is imported under its file name, so a module already collected in this
-process is reused as it is.
+Test modules are not a package: pytest imports each under its file name with its folder on sys.path, so
+this does the same (through the import system, so pytest's assertion rewriting applies and a failing
+assert keeps its message), and a module already collected in this process is reused as it is.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,13 +18,16 @@ TESTS = Path(__file__).resolve().parents[1]
 def load(relative: str) -> ModuleType:
     """The test module at tests/`relative` (e.g. "impl/test_cas_guards.py")."""
     path = TESTS / relative
-    name = path.stem
-    loaded = sys.modules.get(name)
-    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path:
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None:
+        assert Path(getattr(loaded, "__file__", "") or "").resolve() == path, (path, loaded)
         return loaded
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    return importlib.import_module(path.stem)
+
+
+def load_by_name(name: str) -> ModuleType:
+    """The test module named `name` wherever it lies under tests/ (test file names are unique)."""
+    (path,) = TESTS.glob(f"**/{name}.py")
+    return load(path.relative_to(TESTS).as_posix())

@@ -91,12 +91,10 @@ def cas_finding(mutant: Mutant, request: pytest.FixtureRequest) -> str | None:
 
 def contract_test(subject: str) -> None:
     """Run one test function of tests/ (`module::function`); its only fixture may be a fresh SQLite `port`."""
-    import importlib
-
     from qlwf.impl.sqlite.adapter import SqliteAdapter
 
     module, name = subject.split("::")
-    test = getattr(importlib.import_module(module), name)
+    test = getattr(test_modules.load_by_name(module), name)
     if "port" in inspect.signature(test).parameters:
         with SqliteAdapter() as port:
             test(port=port)
