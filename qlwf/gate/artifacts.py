@@ -22,7 +22,7 @@ EXPLORER_MAX_STEPS = 4
 EXPLORER_SELECTED = (5,)  # larger K explored for chosen families only (explore.SELECTED: chains and diamonds)
 EXPLORER_TESTED_STEPS = 3  # the test suite explores K <= 3; the larger shapes are checked by the full gate profile
 EXPLORER_ABOUT = (
-    "Expected counts of the exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): per DAG shape, "
+    "Expected counts of the exhaustive explorer (conformance/checkers/explore/, `qlwf explore`): per DAG shape, "
     f"in total for every shape of K = 1..{EXPLORER_MAX_STEPS} steps (totals), and for the chosen families of K = "
     f"{', '.join(map(str, EXPLORER_SELECTED))} (selected). tests/conformance/checkers/test_explore.py and "
     f"tests/app/gate/test_artifacts.py fail "

@@ -7,7 +7,7 @@ REQUEST names the tree and what to dump: `explore` (K and optional shape names),
 bound) and `record` (step lists to run). The dumper is the running installation's code; of the
 mapped tree it uses only the model's stable entry points (system.apply / advance_time,
 state.State, tables, oracle.consult, errors, and what the explorer imports) and, for proofs,
-`proofs.runner.run`. The explorer's alphabet and state abstraction (conformance/checkers/explore.py) are the
+`proofs.runner.run`. The explorer's alphabet and state abstraction (conformance/checkers/explore/) are the
 running installation's, over the mapped model, so both sides of a diff are explored with the
 same choices and the same state identity.
 

@@ -5,7 +5,7 @@ in parallel), over the same small scope: the explorer's DAG shapes of 1..K steps
 alphabets. This module compares the dumps:
 
 * tables: model/tables.py row by row (qlwf/review/table_diff.py);
-* behaviour: over the explored identities (conformance/checkers/explore.py) reachable in either model, every
+* behaviour: over the explored identities (conformance/checkers/explore/) reachable in either model, every
   (state, choice) present in both whose outcome (ok status or error class/code/reason), fired
   rules (as a set) or next state differs; choices offered in one model only; and, where both
   models reached a state through the same concrete records, the full outcome and the records
@@ -37,7 +37,7 @@ from qlwf.review.sources import DiffInputError, Tree, corpus_traces, oracle_inpu
 from qlwf.review.table_diff import RowChange, diff_tables
 
 Record = dict[str, Any]
-INITIAL_CLOCK = 1_000_000  # conformance/checkers/explore.py INITIAL_CLOCK: every explored path starts there
+INITIAL_CLOCK = 1_000_000  # conformance/checkers/explore/ INITIAL_CLOCK: every explored path starts there
 MAX_LISTED_STATES = 100  # per side in --json; the counts are always complete
 
 

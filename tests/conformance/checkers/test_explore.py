@@ -1,4 +1,4 @@
-"""The exhaustive explorer (conformance/checkers/explore.py, `qlwf explore`): shapes, abstraction, counts
+"""The exhaustive explorer (conformance/checkers/explore/, `qlwf explore`): shapes, abstraction, counts
 manifest, CLI."""
 
 from __future__ import annotations

@@ -1,0 +1,394 @@
+"""The breadth-first search over the explored identities of one shape, and the driver over many shapes.
+
+Every reachable explored state is invariant-checked (INV-1..31) and drained for LIVE-1
+(conformance/checkers/liveness.py); merged detailed variants are invariant-checked but not expanded.
+With Config.reduction = "sleep" the search skips choices that commute with one already taken
+(sleep sets, docs/explorer-reduction.md); the identities it visits and checks stay the same.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from qlwf.conformance.processes.fork_pool import ForkPool
+from qlwf.model.invariants import Violation, check_invariants, reusing_record_checks
+from qlwf.model.state import State
+from qlwf.model.system import advance_time, apply
+
+from ..liveness import drain, lease_horizon
+from .abstraction import (
+    Key,
+    _rename,
+    abstract_state,
+    canonical_key,
+    canonical_renaming,
+    collapse,
+    detailed_state,
+    run_renamings,
+)
+from .alphabet import (
+    LEASE_MS,
+    TIMEOUT_MS,
+    Action,
+    Alphabet,
+    TraceStep,
+    action_label,
+    action_run,
+    actions,
+    attempt_ordinals,
+    default_alphabet,
+    independent,
+    take,
+)
+from .report import ExploreReport, Finding, ShapeReport
+from .shapes import INITIAL_CLOCK, Shape, build_plan, dag_shapes, shape_name, shape_needs, workflow_ids
+
+REDUCTIONS = ("none", "sleep")
+Label = tuple[Any, ...]  # an action as alphabet.action_label names it
+NO_WRITE = frozenset({"existing", "idempotent", "leased", "not_eligible", "already_released", "already_starting",
+                      "already_running", "already_terminal", "settled", "unchanged", "retry", "manual"})
+
+
+@dataclass(frozen=True)
+class Config:
+    max_steps: int
+    max_depth: int | None = None
+    check_liveness: bool = True
+    stop_on_violation: bool = False
+    alphabet: Callable[[int], Alphabet] = default_alphabet
+    shapes: tuple[Shape, ...] | None = None  # explore exactly these (default: every shape of 1..max_steps)
+    lease_ms: int = LEASE_MS
+    timeout_ms: int = TIMEOUT_MS
+    # Evaluate the invariants incrementally: per-record parts are reused for the records a step left
+    # untouched (model/invariants.py `reusing_record_checks`); False evaluates every state in full.
+    incremental: bool = True
+    # Also evaluate every checked state in full and report a disagreement as an `incremental` finding;
+    # likewise drain every state whose LIVE-1 verdict was taken from the memo (reuse_liveness).
+    cross_check: bool = False
+    # LIVE-1 verdicts by the explored identity of the drain's starting point (see LivenessMemo).
+    reuse_liveness: bool = True
+    # Partial-order reduction: "sleep" skips choices that commute with one already taken
+    # (docs/explorer-reduction.md); "none" takes every choice in every state.
+    reduction: str = "none"
+    # Runs of the shape admitted side by side (run-x, run-y, ...): more than one is where the
+    # reduction has independent choices to skip (within one Run every choice is dependent).
+    workflows: int = 1
+
+
+def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[TraceStep]:
+    steps: list[TraceStep] = []
+    cur: Key | None = key
+    while cur is not None:
+        parent, step = parents[cur]
+        steps.append(step)
+        cur = parent
+    return steps[::-1]
+
+
+def _invariants(state: State, cfg: Config, report: ShapeReport) -> tuple[list[Violation], str | None]:
+    """The violations of `state` and, under cfg.cross_check, how the full evaluation disagrees."""
+    found = check_invariants(state)
+    if not cfg.cross_check:
+        return found, None
+    with reusing_record_checks(False):
+        full = check_invariants(state)
+    report.cross_checked += 1
+    if full == found:
+        return found, None
+    return found, f"incremental evaluation {[str(v) for v in found]} != full {[str(v) for v in full]}"
+
+
+class LivenessMemo:
+    """LIVE-1 verdicts of one shape, by the explored identity of the state the drain starts from.
+
+    The drain first moves the clock to T* (every `leased` lease expired) and is a function of the
+    state it reaches there; the explorer's abstraction is exact (module docstring), which is what
+    lets it drain one representative per explored identity and not its merged variants. States
+    whose T*-state has an identity already drained with a passing verdict therefore pass without a
+    drain of their own: states that differ only in a live or expired lease, or a pending or passed
+    deadline, reach the same T*-state. Only passing verdicts are kept, so every failure is found by
+    a drain of its own state and reported with that drain's steps. `Config.cross_check` drains
+    every reused state as well and reports a disagreement."""
+
+    def __init__(self, identity: Callable[[State], Key]) -> None:
+        self.identity = identity
+        self.passed: set[Key] = set()
+
+    def check(self, state: State, cfg: Config, report: ShapeReport) -> list[tuple[str, str, list[TraceStep]]]:
+        start = None
+        if cfg.reuse_liveness:
+            start = self.identity(advance_time(state, lease_horizon(state) - state.clock))
+            if start in self.passed and not cfg.cross_check:
+                return []
+        drained = drain(state)
+        report.drains += 1
+        if drained.ok:
+            if start is not None:
+                self.passed.add(start)
+            return []
+        found = [("LIVE-1", drained.explain(), list(drained.steps))]
+        if start in self.passed:  # only under cross_check: the memo would have passed this state
+            found.append(("incremental", f"LIVE-1 reused a passing verdict, the state's own drain fails: "
+                                         f"{drained.failures}", list(drained.steps)))
+        return found
+
+
+def _check_state(state: State, cfg: Config, report: ShapeReport,
+                 liveness: LivenessMemo) -> list[tuple[str, str, list[TraceStep]]]:
+    violations, disagreement = _invariants(state, cfg, report)
+    found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in violations]
+    if disagreement is not None:
+        found.append(("incremental", disagreement, []))
+    if cfg.check_liveness:
+        found += liveness.check(state, cfg, report)
+    return found
+
+
+# `observer(state, step, outcome)` sees every committed command transition; what it returns is
+# collected in ShapeReport.observed. A module-level function, so that it also works in --jobs workers.
+Observer = Callable[[State, TraceStep, Any], Iterable[str]]
+# `checker(state, step, outcome)` returns the postconditions one command transition violates (for
+# example the harness's restatement of the command contracts); each becomes a finding.
+Checker = Callable[[State, TraceStep, Any], list[str]]
+
+
+def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
+                  checker: Checker | None = None) -> ShapeReport:
+    """Breadth-first search over every reachable explored state of one shape."""
+    with reusing_record_checks(cfg.incremental):  # the explorer never mutates a record it holds
+        return _explore_shape(shape, cfg, observer, checker)
+
+
+class _Sleep:
+    """Sleep sets (docs/explorer-reduction.md), per explored identity, in the labels of `action_label`.
+
+    `asleep[key]` holds the choices not (yet) taken from the identity: until its first expansion the
+    intersection of the sleep sets of every arrival (BFS brings most arrivals before it), afterwards
+    the sleep set it was expanded with, shrunk by later arrivals. An arrival after the expansion whose
+    sleep set lacks some of those labels has the identity expanded again for exactly those choices
+    (the standard fix for sleep sets under state caching)."""
+
+    def __init__(self) -> None:
+        self.asleep: dict[Key, frozenset[Label]] = {}
+        self.expanded: set[Key] = set()
+
+    def arrive(self, key: Key, labels: frozenset[Label]) -> frozenset[Label] | None:
+        """Record an arrival with sleep set `labels`; the labels to take again, if any."""
+        old = self.asleep.get(key)
+        if old is None:
+            self.asleep[key] = labels
+            return None
+        self.asleep[key] = old & labels
+        missing = old - labels
+        return missing if missing and key in self.expanded else None
+
+
+def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker: Checker | None) -> ShapeReport:
+    if cfg.reduction not in REDUCTIONS:
+        raise ValueError(f"reduction {cfg.reduction!r}: expected one of {', '.join(REDUCTIONS)}")
+    report = ShapeReport(shape_name(shape))
+    alphabet = cfg.alphabet(shape[0])
+    ids = workflow_ids(cfg.workflows)
+    # Every Run of the scope is admitted before the search: the root is the state after the last
+    # admission, and its trace starts with all of them (the earlier ones under synthetic keys).
+    state0 = State(clock=INITIAL_CLOCK)
+    parents: dict[Key, tuple[Key | None, TraceStep]] = {}
+    previous: Key | None = None
+    admit: TraceStep = {}
+    for i, (run_id, plan_id) in enumerate(ids):
+        plan = build_plan(run_id, plan_id, shape_needs(shape), INITIAL_CLOCK)
+        if i:
+            parents[("admission", i)] = (previous, admit)
+            previous = ("admission", i)
+        admit = {"op": "command", "name": "admit_workflow", "args": {"plan": plan}}
+        out = apply(state0, {"name": "admit_workflow", "args": {"plan": plan}})
+        if out.error is not None:
+            raise RuntimeError(f"shape {report.shape} does not admit: {out.error}")
+        report.rules |= set(out.rules)
+        if observer is not None:
+            report.observed.update(observer(state0, admit, out))
+        state0 = out.state
+    renamings = run_renamings(shape, tuple(run_id for run_id, _ in ids))
+    sleep = _Sleep() if cfg.reduction == "sleep" else None
+
+    canonical: dict[Key, tuple[Key, Key, dict[str, str]]] = {}  # detailed key -> canonical keys, renaming
+
+    def identities(s: State) -> tuple[Key, Key, dict[str, str]]:
+        # Most transitions reach a detailed state seen before, often in the same labelling: one
+        # lookup then replaces the two searches over the shape's automorphisms.
+        detailed = detailed_state(s)
+        keys = canonical.get(detailed)
+        if keys is None:
+            explored = collapse(detailed)
+            names = canonical_renaming(explored, renamings)  # the explored identity's labelling
+            keys = canonical[detailed] = (explored if len(renamings) <= 1 else _rename(explored, names),
+                                          canonical_key(detailed, renamings), names)
+        return keys
+
+    def labels(s: State, names: dict[str, str], acts: Iterable[Action]) -> list[Label]:
+        ordinals = attempt_ordinals(s)
+        return [action_label(s, a, names, ordinals) for a in acts]
+
+    liveness = LivenessMemo(lambda s: canonical_key(abstract_state(s), renamings))
+    root, root_detail, root_names = identities(state0)
+    parents[root] = (previous, admit)
+    checked: set[Key] = {root_detail}
+    if sleep is not None:
+        sleep.arrive(root, frozenset())
+    # (state, explored key, detailed key, its renaming, depth, labels to take again: None on the first expansion)
+    queue: deque[tuple[State, Key, Key, dict[str, str], int, frozenset[Label] | None]] = deque(
+        [(state0, root, root_detail, root_names, 0, None)])
+    depths: dict[Key, int] = {root: 0}
+    while queue:
+        state, key, state_detail, names, depth, again = queue.popleft()
+        if again is None:
+            report.distinct_states += 1
+            report.depth = max(report.depth, depth)
+            for kind, message, extra in _check_state(state, cfg, report, liveness):
+                report.findings.append(Finding(report.shape, kind, message, _path(parents, key) + extra))
+            if report.findings and cfg.stop_on_violation:
+                return report
+        else:
+            report.reexpanded += 1
+        if cfg.max_depth is not None and depth >= cfg.max_depth:
+            continue
+        offered = actions(state, alphabet, cfg.lease_ms, cfg.timeout_ms)
+        chosen: list[tuple[Action, list[Action]]] = [(a, []) for a in offered]
+        if sleep is not None:
+            # Skip the asleep choices (or, expanding again, take only the ones asked for); each taken
+            # choice hands on the asleep and earlier taken choices that are independent of it.
+            sleep.expanded.add(key)
+            asleep_labels = sleep.asleep[key]
+            runs = {id(a): action_run(state, a) for a in offered}
+            asleep: list[Action] = []
+            taken: list[Action] = []
+            chosen = []
+            # labels only matter when something is asleep or asked for (never within one Run)
+            offered_labels = labels(state, names, offered) if asleep_labels or again else [()] * len(offered)
+            for action, label in zip(offered, offered_labels, strict=True):
+                if label in asleep_labels:
+                    asleep.append(action)
+                    report.slept += again is None
+                    continue
+                if again is None or label in again:
+                    run = runs[id(action)]
+                    chosen.append((action, [u for u in (*asleep, *taken) if independent(run, runs[id(u)])]))
+                taken.append(action)
+        for action, handed_on in chosen:
+            new, outcome = take(state, action)
+            report.transitions += 1
+            if outcome is not None and checker is not None:
+                report.findings += [Finding(report.shape, "postcondition", p, [*_path(parents, key), action.step])
+                                    for p in checker(state, action.step, outcome)]
+            if outcome is not None:
+                if outcome.error is not None:
+                    report.refusals += 1
+                    if new is not state:
+                        report.findings.append(Finding(report.shape, "no-write", f"error {outcome.error} changed "
+                                                       "the state", [*_path(parents, key), action.step]))
+                    continue
+                report.rules |= set(outcome.rules)
+                if observer is not None:
+                    report.observed.update(observer(state, action.step, outcome))
+                status = outcome.result.get("status") if outcome.result else None
+                if status in NO_WRITE and new is not state:
+                    report.findings.append(Finding(report.shape, "no-write", f"{status} changed the state",
+                                                   [*_path(parents, key), action.step]))
+            # A refusal or a replay hands back the very State it was given (model/system.py apply):
+            # same identities, and nothing to check again (nor to expand again: a self-loop reaches
+            # nothing the state's own expansion does not).
+            again_labels = None
+            if new is state:
+                new_key, detail, new_names = key, state_detail, names
+            else:
+                new_key, detail, new_names = identities(new)
+                if sleep is not None:  # the handed-on choices are enabled in `new` too: label them there
+                    handed = frozenset(labels(new, new_names, handed_on)) if handed_on else frozenset()
+                    again_labels = sleep.arrive(new_key, handed)
+            if new_key not in parents:
+                parents[new_key] = (key, action.step)
+                depths[new_key] = depth + 1
+                queue.append((new, new_key, detail, new_names, depth + 1, None))
+            else:
+                if detail not in checked:  # merged into an explored state: its own details are still checked
+                    report.checked_variants += 1
+                    violations, disagreement = _invariants(new, cfg, report)
+                    path = [*_path(parents, key), action.step]
+                    report.findings += [Finding(report.shape, "invariant", str(v), path) for v in violations]
+                    if disagreement is not None:
+                        report.findings.append(Finding(report.shape, "incremental", disagreement, path))
+                if again_labels is not None:
+                    queue.append((new, new_key, detail, new_names, depths[new_key], again_labels))
+            checked.add(detail)
+            if report.findings and cfg.stop_on_violation:
+                return report
+    return report
+
+
+def _explore_one(job: tuple[int, Shape, Config, Observer | None, Checker | None]) -> tuple[int, ShapeReport]:
+    index, shape, cfg, observer, checker = job
+    return index, explore_shape(shape, cfg, observer, checker)
+
+
+def _pinned_transitions() -> dict[str, int]:
+    """Per shape, the transitions the manifest pins (only to hand out the largest shapes first)."""
+    from importlib import resources
+    try:
+        manifest = resources.files("qlwf.conformance.checkers").joinpath("explore_manifest.json")
+        text = manifest.read_text(encoding="utf-8")
+        return {name: int(c["transitions"]) for name, c in json.loads(text)["shapes"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def dispatch_order(shapes: list[Shape]) -> list[int]:
+    """Indexes of `shapes`, largest expected work first, so that two workers finish together: the
+    manifest's transitions where it pins the shape, else more steps and fewer edges first."""
+    pinned = _pinned_transitions()
+    return sorted(range(len(shapes)), key=lambda i: (-pinned.get(shape_name(shapes[i]), 1 << 40),
+                                                     -shapes[i][0], len(shapes[i][1]), i))
+
+
+def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
+            observer: Observer | None = None, jobs: int = 1, checker: Checker | None = None) -> ExploreReport:
+    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), in `jobs` forked processes.
+
+    The report lists the shapes in their order whatever the number of jobs; under stop_on_violation
+    it ends with the first shape (in that order) that has a finding, as a single process would."""
+    start = time.perf_counter()
+    todo = list(cfg.shapes) if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1)
+                                                            for s in dag_shapes(n)]
+    done: dict[int, ShapeReport] = {}
+
+    def first_failing() -> int | None:
+        return min((i for i, r in done.items() if r.findings), default=None) if cfg.stop_on_violation else None
+
+    def settled() -> bool:  # every shape before the first failing one is in: nothing later can matter
+        stop = first_failing()
+        return stop is not None and all(i in done for i in range(stop))
+
+    if jobs > 1 and len(todo) > 1:
+        work = [(i, todo[i], cfg, observer, checker) for i in dispatch_order(todo)]
+        with ForkPool(_explore_one, min(jobs, len(work))) as pool:  # leaving it kills what still runs
+            for _, (i, r) in pool.unordered(work):
+                done[i] = r
+                if progress is not None:
+                    progress(r)
+                if settled():
+                    break
+    else:
+        for i, shape in enumerate(todo):
+            done[i] = _explore_one((i, shape, cfg, observer, checker))[1]
+            if progress is not None:
+                progress(done[i])
+            if settled():
+                break
+    stop = first_failing()
+    last = len(todo) - 1 if stop is None else stop
+    shapes = [done[i] for i in range(last + 1) if i in done]
+    return ExploreReport(cfg.max_steps, shapes, time.perf_counter() - start)
