@@ -1,19 +1,20 @@
-"""Forked workers for independent proof tasks, each with a pipe of its own.
+"""Independent proof tasks on forked processes: one process per task, at most `jobs` at a time.
 
-`ordered_map(fn, items, jobs)` runs `fn` on every item and returns the values in the order of
-`items`, whichever worker finishes first: the runner's output never depends on scheduling. With
-`jobs <= 1` (or a single item) everything runs in this process.
+`ordered_map(fn, items, jobs)` returns `[fn(item) for item in items]`, in the order of `items`
+whichever task finishes first, so the runner's output never depends on scheduling.
 
-Why not `multiprocessing.Pool`: its workers share one result queue behind a process-shared lock,
-and a worker killed while writing a result (an interrupt) leaves that lock held, so `terminate()`
-can hang (the same reason conformance/fork_pool.py exists; the proofs layer may not import it).
-Here each worker reads its tasks from and writes its results to its own pipe, and every way out of
-`ordered_map` (a result, a task's exception, a dead worker, KeyboardInterrupt) kills and reaps
-every worker it started.
+Why a fresh fork per task: every task starts from the same parent state, so the Z3 terms it builds
+get the same ids, and the solver the same inputs, however the tasks happen to be scheduled;
+counterexamples are then the same run after run (a long-lived worker would carry the terms of
+whatever tasks it ran before). Forking also passes the task function without pickling: workers
+inherit the encoding and a planted mutant (conformance's self-test replaces `runner.build` in
+this process). Only results cross back, pickled, through a pipe per process: no queue or lock is
+shared, so killing a process at any moment cannot wedge the others (the reason
+conformance/fork_pool.py exists; the proofs layer may not import it).
 
-Workers are forked, so they inherit what the parent set up: the Z3 sorts, and a planted mutant
-(conformance's self-test replaces `runner.build` in this process). Items and values cross the pipes
-pickled: they are small descriptors and JSON-ready results, never Z3 terms.
+Every way out of `ordered_map` (the last result, a failed task, a dead worker, KeyboardInterrupt)
+kills and reaps every process it started. Workers ignore SIGINT: an interrupt at the terminal
+reaches the whole process group, and the parent alone decides to stop them.
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TypeVar
 
 Item = TypeVar("Item")
 Value = TypeVar("Value")
 
 
 class WorkerFailed(RuntimeError):
-    """A task raised in a worker (its traceback is the message) or the worker died without a result."""
+    """A task raised in its process (the message carries its traceback), or the process died first."""
 
 
 def default_jobs() -> int:
@@ -43,87 +45,77 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _serve(fn: Callable[[Any], Any], conn: Connection, foreign: list[Connection]) -> None:
-    for end in foreign:  # the parent's ends: held here, they would hide the parent's death from siblings
+def _child(fn: Callable[[Item], Value], item: Item, conn: Connection, foreign: list[Connection]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for end in foreign:  # the parent's ends of the other pipes: this process has no business with them
         end.close()
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        index, item = message
-        try:
-            reply: tuple[int, bool, Any] = (index, True, fn(item))
-        except Exception:  # the task's failure is its reply; an interrupt ends the worker
-            reply = (index, False, traceback.format_exc())
-        try:
-            conn.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as e:
-            conn.send((index, False, f"the result of task {index} could not be pickled: {e}"))
-        except OSError:
-            return
+    try:
+        reply: tuple[bool, object] = (True, fn(item))
+    except Exception:  # the task's failure is its reply
+        reply = (False, traceback.format_exc())
+    try:
+        conn.send(reply)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # pickling fails before any byte is written
+        conn.send((False, f"the task's result could not be pickled: {e}"))
+    conn.close()
 
 
-class _Worker:
-    def __init__(self, fn: Callable[[Any], Any], foreign: list[Connection]) -> None:
+class _Task:
+    def __init__(self, index: int, fn: Callable[[Item], Value], item: Item, foreign: list[Connection]) -> None:
         ctx = multiprocessing.get_context("fork")
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process: BaseProcess = ctx.Process(target=_serve, args=(fn, child, [*foreign, self.conn]), daemon=True)
-        self.process.start()
-        child.close()
-        self.task: int | None = None
+        self.index = index
+        self.conn, self._child_end = ctx.Pipe(duplex=False)
+        self.process: BaseProcess = ctx.Process(target=_child, args=(fn, item, self._child_end, [*foreign, self.conn]),
+                                                daemon=True)
 
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
+    def start(self) -> None:
+        try:
+            self.process.start()
+        finally:
+            self._child_end.close()  # the child's copy is its only writer: its death must read as EOF here
+
+    def reap(self, grace: float = 0.0) -> None:
+        """Wait up to `grace` seconds for the process to exit, kill it if it has not, and reap it."""
+        if self.process.pid is not None:  # started
+            self.process.join(grace)
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join()
+        self._child_end.close()
         self.conn.close()
 
 
 def ordered_map(fn: Callable[[Item], Value], items: Sequence[Item], jobs: int) -> list[Value]:
-    """[fn(item) for item in items], on up to `jobs` forked workers, in the order of `items`.
+    """[fn(item) for item in items] on up to `jobs` forked processes, in the order of `items`.
 
-    Items are handed out first come, first served in the order given (put the longest first). A
-    task that raises fails the whole map with WorkerFailed (carrying the worker's traceback)."""
+    Tasks start in the order given (put the longest first). With `jobs <= 1` or a single item
+    everything runs in this process. A task that raises fails the map with WorkerFailed."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
-    workers: list[_Worker] = []
     results: dict[int, Value] = {}
+    running: list[_Task] = []
+    following = 0
     try:
-        for _ in range(min(jobs, len(items))):
-            workers.append(_Worker(fn, [w.conn for w in workers]))
-        queue = list(enumerate(items))
-        queue.reverse()  # pop() from the end = the next item in order
-        for worker in workers:
-            _give(worker, queue)
         while len(results) < len(items):
-            busy = [w for w in workers if w.task is not None]
-            ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
-            for worker in busy:
-                if worker.conn not in ready and worker.process.sentinel not in ready:
-                    continue
+            while following < len(items) and len(running) < jobs:
+                task = _Task(following, fn, items[following], [t.conn for t in running])
+                running.append(task)  # before it starts: an interrupt from here on still reaps it
+                task.start()
+                following += 1
+            ready = set(wait([t.conn for t in running]))  # a dead process closes its end: EOF is ready too
+            for task in [t for t in running if t.conn in ready]:
                 try:
-                    index, ok, payload = worker.conn.recv()
-                except (EOFError, OSError):
-                    worker.process.join()
-                    raise WorkerFailed(f"a proof worker (pid {worker.process.pid}) ended with exit code "
-                                       f"{worker.process.exitcode} before sending the result of task {worker.task}"
-                                       ) from None
+                    ok, payload = task.conn.recv()
+                except EOFError:
+                    task.process.join(5.0)  # for its exit code; the finally below kills it if need be
+                    raise WorkerFailed(f"the process of proof task {task.index} (pid {task.process.pid}) ended "
+                                       f"with exit code {task.process.exitcode} before sending its result") from None
                 if not ok:
-                    raise WorkerFailed(f"proof task {index} failed in its worker:\n{payload}")
-                results[index] = payload
-                worker.task = None
-                _give(worker, queue)
+                    raise WorkerFailed(f"proof task {task.index} failed:\n{payload}")
+                results[task.index] = payload
+                task.reap(grace=5.0)  # it has sent its result and is exiting
+                running.remove(task)
         return [results[i] for i in range(len(items))]
     finally:
-        for worker in workers:  # every way out: nothing outlives the map
-            worker.kill()
-
-
-def _give(worker: _Worker, queue: list[tuple[int, Any]]) -> None:
-    if queue:
-        index, item = queue.pop()
-        worker.conn.send((index, item))
-        worker.task = index
+        for task in running:  # every way out: nothing outlives the map
+            task.reap()

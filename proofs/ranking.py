@@ -30,7 +30,7 @@ import z3
 from . import decode
 from .encoding import B, E, Encoding, Sys
 from .invariants import conjunction
-from .results import PROVED, UNKNOWN, VIOLATED, Result
+from .results import PROVED, UNKNOWN, VIOLATED, Result, implication_solver
 from .rules import Transition
 from .transitions import Semantics
 
@@ -110,7 +110,7 @@ def prove_rank(enc: Encoding, sem: Semantics) -> Result:
     r0 = rank(enc, pre)
     decreasing = [z3.And(g, rank(enc, post) < r0, enc.intent(post.run))
                   for name, _, g, post in system_actions(enc, sem, pre) if name != "advance_frontier"]
-    s = z3.Solver()
+    s = implication_solver()
     s.add(conjunction(sem, pre), enc.running(pre.run), enc.intent(pre.run), r0 >= 0, z3.Not(z3.Or(decreasing)))
     answer = s.check()
     return _result("LIVE-1-rank", enc.n, start, s, answer, enc, pre,
@@ -135,7 +135,7 @@ def prove_bound(enc: Encoding, sem: Semantics) -> Result:
             target_status = sem.reason_target(pre.run, "run_status", "status")
             obligations.append(z3.Implies(leased0 == 0, z3.And(g, post.run.rs == target_status,
                                                                z3.Not(enc.running(post.run)))))
-    s = z3.Solver()
+    s = implication_solver()
     s.add(conjunction(sem, pre), enc.running(pre.run), enc.intent(pre.run), count_live(enc, pre) == 0,
           z3.Not(z3.And(obligations)))
     answer = s.check()
@@ -151,7 +151,7 @@ def prove_no_regress(enc: Encoding, sem: Semantics) -> Result:
         bad.append(z3.And(g, z3.Or(count_leased(enc, post) > count_leased(enc, pre),
                                    count_live(enc, post) > count_live(enc, pre),
                                    z3.And(enc.intent(pre.run), z3.Not(enc.intent(post.run))))))
-    s = z3.Solver()
+    s = implication_solver()
     s.add(conjunction(sem, pre), z3.Or(bad))
     answer = s.check()
     return _result("LIVE-1-no-regress", enc.n, start, s, answer, enc, pre,
@@ -167,7 +167,7 @@ def prove_quiesce(enc: Encoding, sem: Semantics) -> Result:
     all_terminal = z3.And([enc.step_in(s, enc.t.TERMINAL_STEP) for s in pre.steps])
     quiet = z3.And(front.guard, z3.Or(z3.Not(enc.running(front.post.run)), z3.Not(plan_post.candidate)),
                    z3.Implies(all_terminal, z3.Not(enc.running(front.post.run))))
-    s = z3.Solver()
+    s = implication_solver()
     s.add(conjunction(sem, pre), enc.running(pre.run), z3.Not(enc.intent(pre.run)), plan_pre.candidate,
           z3.Not(quiet))
     answer = s.check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from qlwf.cli.argtypes import output_file
@@ -23,6 +24,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--depth", type=int, default=4, metavar="K", help="BMC depth k (default 4)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help="property name or fnmatch pattern, e.g. 'INV-2*'; '!PATTERN' excludes (repeatable)")
+    p.add_argument("--jobs", type=int, default=None, metavar="J",
+                   help="processes for the independent proof tasks (default: every core; 1 runs in this process)")
+    p.add_argument("--lemma-free-depth", default="3", metavar="K|all",
+                   help="BMC-invariants checks paths up to K steps without lemmas and longer ones by the inductive "
+                        "proof of the same run, falling back to lemma-free BMC at every depth if that proof fails "
+                        "(decisions Q-147); 'all': lemma-free at every depth (default 3)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, result, bound, seconds}")
     p.add_argument("--mutant", choices=sorted(BY_NAME), help="build the encoding from a mutant (expect violations)")
     p.add_argument("--list", action="store_true", help="list the property names and exit")
@@ -31,17 +38,27 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
+def _non_negative(text: str) -> int:
+    """A depth ≥ 0, or -1 for anything else (reported with the other usage errors)."""
+    return int(text) if text.isdigit() else -1
+
+
 def main(args: argparse.Namespace) -> int:
     if args.list:
         for name in runner.ALL_PROPERTIES:
             print(name)
         return 0
-    if args.bound < 1 or args.depth < 0:
-        print("qlwf prove: --bound must be ≥ 1 and --depth ≥ 0", file=sys.stderr)
+    lemma_free: int | None = None if args.lemma_free_depth == "all" else _non_negative(args.lemma_free_depth)
+    if args.bound < 1 or args.depth < 0 or (args.jobs is not None and args.jobs < 1) or lemma_free == -1:
+        print("qlwf prove: --bound must be ≥ 1, --depth ≥ 0, --jobs ≥ 1 and --lemma-free-depth a number ≥ 0 or "
+              "'all'", file=sys.stderr)
         return 2
     options = runner.Options(bound=args.bound, depth=args.depth, only=args.only, mutant=args.mutant,
-                             explain=not args.json or bool(args.counterexamples))
+                             explain=not args.json or bool(args.counterexamples), jobs=args.jobs,
+                             lemma_free_depth=lemma_free)
+    started = time.perf_counter()
     results = runner.run(options)
+    wall = time.perf_counter() - started
     if not results:
         print(f"qlwf prove: no property matches {args.only}", file=sys.stderr)
         return 2
@@ -53,8 +70,9 @@ def main(args: argparse.Namespace) -> int:
         for r in results:
             print(f"{r.name:<{width}}  {r.result:<8}  {r.bound:>5}  {r.seconds:>8.2f}")
         s = runner.summary(results)
+        # per-property seconds overlap when tasks run in parallel: the wall time is the run's
         print(f"{s['properties']} properties, {s.get(PROVED, 0)} proved, {s.get('violated', 0)} violated, "
-              f"{s.get('unknown', 0)} unknown, {s['seconds']:.2f}s")
+              f"{s.get('unknown', 0)} unknown, {wall:.2f}s wall ({s['seconds']:.2f}s summed over properties)")
         for r in results:
             if r.result != PROVED:
                 print(f"\n{r.name}: {r.result} — {r.detail}")
