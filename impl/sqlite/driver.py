@@ -12,9 +12,10 @@ import sys
 
 from qlwf.impl.driver_protocol import package_version, serve
 from qlwf.impl.port import CommandPort
+from qlwf.impl.ql3_surfaces import EDGE_COMMANDS, EDGE_SURFACE
 
 from .adapter import SqliteAdapter
-from .restricted import EDGE_COMMANDS, EDGE_SURFACE, PLANTS, EdgePort
+from .restricted import PLANTS, EdgePort
 
 
 class MemoryStores:

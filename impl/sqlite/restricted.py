@@ -1,8 +1,8 @@
 """The SQLite store behaving like ql3's Edge adapter (`python -m qlwf.impl.sqlite.driver --profile edge`).
 
 A reference for partial drivers, so CI exercises them without ql3: the store implements the Edge
-surface only (docs/ql3-adapters.md §1.1, §4, §5; the harness's copy of the facts is
-conformance/exec/profiles.py, and a test holds the two equal), namely
+surface only (docs/ql3-adapters.md §1.1, §4, §5; the facts are impl/ql3_surfaces.py, which the
+harness's profiles read too), namely
 
 * the commands Edge has entry points for; any other is refused (`failure`), as is a page cursor, a
   cancel reason other than `user` and recovery evidence other than `not_running`;
@@ -23,19 +23,12 @@ from __future__ import annotations
 from typing import Any, Final
 
 from qlwf.impl.port import CommandPort, Record, Snapshot
+from qlwf.impl.ql3_surfaces import EDGE_COMMANDS, EDGE_SURFACE, PAGE_COUNTERS
 from qlwf.impl.sqlite.adapter import SqliteAdapter
 from qlwf.model import tables as T
 from qlwf.model.errors import CommandErrors
 from qlwf.model.evidence import evidence_binding
 
-EDGE_COMMANDS: Final = tuple(c for c in T.COMMAND_FAMILY if c not in {
-    "claim_lease", "renew_lease", "release_lease", "cancellation_candidates", "converge_cancellation"})
-PAGE_COUNTERS: Final = ("scanned", "settledRuns", "settledAttempts", "blocked", "hasMore")
-EDGE_SURFACE: Final[Record] = {
-    "omittedArguments": {"converge_cancellation_page": ["after"], "recovery_candidates": ["after"]},
-    "argumentValues": {"recover_attempt": {"evidence": ["not_running"]}, "request_cancel": {"reason": ["user"]}},
-    "resultKeys": {"admit_task_attempt": ["status", "receipt"], "converge_cancellation_page": list(PAGE_COUNTERS)},
-    "errorDetail": "code", "executorTypes": ["local_process"], "admissionEvidence": True, "profile": "edge"}
 PLANTS: Final = ("head-of-line", "accept-placeholder")
 # the enums the edge store narrows: a value outside them is malformed, refused by the store's own checks
 _ENUMS: Final = {"evidence": frozenset(T.RECOVERY_EVIDENCE), "reason": frozenset(T.CANCEL_REASONS)}

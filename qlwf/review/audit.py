@@ -58,7 +58,8 @@ _RUN_OF: dict[str, Callable[[Record], str]] = {
     "taskReceipts": lambda r: r["runId"],
     "leases": lambda x: x["runId"],
 }
-assert tuple(_RUN_OF) == TABLES
+if tuple(_RUN_OF) != TABLES:  # every record kind has a Run to audit it under (checked without asserts: -O)
+    raise ImportError(f"audit: _RUN_OF covers {tuple(_RUN_OF)}, the record kinds are {TABLES}")
 
 # Worker-path attempt event types → the task-execution id kind of their recipe (records.md §7).
 _EXECUTION_KINDS = {

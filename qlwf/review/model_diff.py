@@ -296,7 +296,8 @@ def witness_steps(group: Group, base: dict[str, Record], head: dict[str, Record]
     (the working tree's when both do), then that transition."""
     m = group.members[0]
     side, edge = (head, m.head) if m.head is not None else (base, m.base)
-    assert edge is not None
+    if edge is None:  # a group member is a transition of one model at least: it has an edge on some side
+        raise ValueError(f"group member {m.shape} {m.node} has a transition in neither model")
     return [*path_to(side[m.shape]["nodes"], m.node), edge[1]]
 
 

@@ -24,4 +24,4 @@ class BrokenBackend:
         return SqliteAdapter(store_factory=LedgerSkippingStore)
 
     def shutdown(self) -> None:
-        pass
+        """Nothing to release: each store closes itself."""

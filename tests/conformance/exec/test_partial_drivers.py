@@ -21,8 +21,8 @@ from qlwf.conformance.report.paths import first_difference_path
 from qlwf.conformance.traces.corpus import CORPUS_DIR
 from qlwf.conformance.traces.format import Trace, advance, command
 from qlwf.impl.driver_protocol import Server
+from qlwf.impl.ql3_surfaces import EDGE_COMMANDS, EDGE_SURFACE, PAGE_COUNTERS
 from qlwf.impl.sqlite.driver import MemoryStores
-from qlwf.impl.sqlite.restricted import EDGE_COMMANDS, EDGE_SURFACE
 from qlwf.model import arguments
 from qlwf.model import tables as T
 from qlwf.model.evidence import evidence_binding
@@ -78,7 +78,14 @@ def test_the_edge_and_cluster_profiles_differ_where_the_adapters_do() -> None:
 
 
 def test_the_restricted_driver_declares_exactly_the_edge_profile() -> None:
-    assert Surface.from_hello(EDGE_COMMANDS, EDGE_SURFACE) == profiles.EDGE
+    """What the driver process says in hello, read by the harness, is the edge profile."""
+    backend = ExecBackend(EDGE_DRIVER)
+    try:
+        port = backend.open()
+        assert isinstance(port, exec_port.ExecPort) and port.surface == profiles.EDGE
+        port.close()
+    finally:
+        backend.shutdown()
     assert profiles.EDGE.to_hello() == json.loads(json.dumps(EDGE_SURFACE, sort_keys=True))
     assert Surface.from_hello(EDGE_COMMANDS, profiles.EDGE.to_hello()) == profiles.EDGE
     factory = ExecBackend(EDGE_DRIVER)
@@ -97,7 +104,7 @@ def test_an_old_hello_declares_the_full_surface() -> None:
 
 
 class _Breach(Exception):
-    pass
+    """The driver process was failed for a protocol breach (raised by the test's stand-in)."""
 
 
 class _Process:
@@ -160,7 +167,7 @@ def test_outcomes_are_compared_at_the_declared_detail() -> None:
     assert Surface(error_detail="code").view("x", other_code) != Surface(error_detail="code").view("x", error)
     page: dict[str, Any] = {"ok": {"scanned": 1, "settledRuns": 0, "settledAttempts": 0, "blocked": 1, "hasMore": False,
                    "next": None, "outcomes": []}}
-    counters = {"ok": {k: v for k, v in page["ok"].items() if k in profiles.PAGE_COUNTERS}}
+    counters = {"ok": {k: v for k, v in page["ok"].items() if k in PAGE_COUNTERS}}
     assert profiles.EDGE.view("converge_cancellation_page", page) == counters
     # a declared key the backend leaves out still differs
     short = {"ok": {k: v for k, v in counters["ok"].items() if k != "hasMore"}}
@@ -278,7 +285,7 @@ def test_the_restricted_driver_refuses_what_it_does_not_declare() -> None:
         assert "failure" in response, response
     page = server.handle({"id": 4, "type": "apply", "command": "converge_cancellation_page", "args": {"limit": 1},
                           "atMs": 5})
-    assert list(page["outcome"]["ok"]) == list(profiles.PAGE_COUNTERS)
+    assert list(page["outcome"]["ok"]) == list(PAGE_COUNTERS)
     server.shutdown()
 
 
