@@ -23,11 +23,7 @@ Layer: conformance (may import `qlwf.model`, `qlwf.proofs`; inside conformance `
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 from ..liveness import drain
-from . import abstraction, alphabet, report, search, shapes
 from .abstraction import (
     Key,
     _attempts_by_step,
@@ -111,25 +107,3 @@ __all__ = [
     "run_renamings", "scope_shapes", "shape_name", "shape_needs", "shape_size", "step_key", "take", "time_actions",
     "workflow_ids",
 ]
-
-_MODULES = (shapes, abstraction, alphabet, report, search)
-
-
-class _Package(types.ModuleType):
-    """Setting a name on the package also sets it in the module that uses it: tests patch
-    `explore.drain` and `explore._explore_one`, which (before the split) the search looked up here."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        for module in _MODULES:
-            if name in vars(module):
-                setattr(module, name, value)
-        super().__setattr__(name, value)
-
-
-def _self() -> types.ModuleType:
-    from qlwf.conformance.checkers import explore  # the package itself (a self-import: no edge, no cycle)
-    package: types.ModuleType = explore
-    return package
-
-
-_self().__class__ = _Package

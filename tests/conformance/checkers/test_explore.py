@@ -14,6 +14,7 @@ from typing import Any
 import networkx as nx
 import pytest
 from qlwf.conformance.checkers import explore as E
+from qlwf.conformance.checkers.explore import search
 from qlwf.model import invariants as I
 from qlwf.model import speedups
 from qlwf.model.state import State
@@ -163,7 +164,7 @@ def test_liveness_memo_keeps_only_passing_verdicts_and_the_cross_check_catches_a
     def scripted_drain(state: State, **_: Any) -> DrainReport:
         return DrainReport(state.clock, 0, 0, (), next(verdicts), (), (), state)
 
-    monkeypatch.setattr(E, "drain", scripted_drain)
+    monkeypatch.setattr(search, "drain", scripted_drain)  # where the search looks it up
     shape = E.dag_shapes(1)[0]
     plan = E.build_plan(E.RUN_ID, E.PLAN_ID, E.shape_needs(shape), E.INITIAL_CLOCK)
     state = apply(State(clock=E.INITIAL_CLOCK), {"name": "admit_workflow", "args": {"plan": plan}}).state
