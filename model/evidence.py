@@ -13,7 +13,10 @@ produce an admission input that ql3 would accept, and vary it one field at a tim
 * `build_ql3_admission_input(...)`: the §3A oracle input around them;
 * `evidence_binding(plan, receipt, execution, task_id)`: the binding admission derives from them;
 * `trace_evidence_problem(plan, step_key, binding, evidence)`: whether a trace step's binding is the
-  one §3A derives from the evidence the step carries (`{"taskReconciliation", "execution"}`).
+  one §3A derives from the evidence the step carries (`{"taskReconciliation", "execution"}`);
+* `step_evidence_binding(plan, step_key, evidence)`: that derived binding itself;
+* `foreign_binding_refusal(plan, step_key, binding, evidence)`: what a store that derives the binding
+  answers a request whose binding is not the derived one (a trace's foreign-binding probe).
 
 Every builder returns records that the §3A normalizers accept unchanged; keyword arguments override
 the realistic defaults. Builders are pure: the same arguments give the same bytes.
@@ -27,7 +30,7 @@ from typing import Any
 
 from . import tables as T
 from .attempts_ql3 import derive_binding, reconciled_item
-from .errors import EvidenceProblem, QlwfError
+from .errors import EvidenceProblem, Invalid, QlwfError
 from .execution_parts import encode_secret_ref
 from .execution_revision import normalize_execution_revision, seal_cluster_revision, seal_local_revision
 from .reconciliation import normalize_reconciliation_receipt, seal_reconciliation_receipt
@@ -40,7 +43,9 @@ __all__ = [
     "build_task_reconciliation",
     "default_unrelated_items",
     "evidence_binding",
+    "foreign_binding_refusal",
     "runtime_task_id",
+    "step_evidence_binding",
     "trace_evidence_problem",
 ]
 
@@ -191,28 +196,53 @@ def evidence_binding(plan: Record, receipt: Record, execution: Record, task_id: 
     return derive_binding(_plan_task(plan, task_id), receipt, execution)
 
 
-def trace_evidence_problem(plan: Record, step_key: str, binding: Any, evidence: Any) -> str | None:
-    """Why a trace step's `binding` is not the one §3A derives for the plan step `step_key` from the
-    `evidence` it carries ({"taskReconciliation": receipt, "execution": revision}), or None when it is.
+def step_evidence_binding(plan: Record, step_key: str, evidence: Any) -> Record:
+    """The binding §3A derives for the plan step `step_key` from a trace step's `evidence`
+    ({"taskReconciliation": receipt, "execution": revision}); ValueError saying why it derives none.
 
     Both records are normalized as ql3 reads them (digests recomputed), then the binding is derived
     from the step's own plan step — so evidence of another Task derives a binding that disagrees with
-    the step, as ql3 would, and the trace records that refusal."""
+    the step, as ql3 would."""
     if not isinstance(evidence, dict) or set(evidence) != {"taskReconciliation", "execution"}:
-        return "evidence must be {taskReconciliation, execution}"
+        raise ValueError("evidence must be {taskReconciliation, execution}")
     step = next((s for s in plan["steps"] if s["stepKey"] == step_key), None)
     if step is None:
-        return f"the plan has no step {step_key!r}"
+        raise ValueError(f"the plan has no step {step_key!r}")
     execution = evidence["execution"]
     if not isinstance(execution, dict) or execution.get("executorType") not in T.EXECUTOR_TYPES:
-        return "evidence.execution must be an execution revision of a known executorType"
+        raise ValueError("evidence.execution must be an execution revision of a known executorType")
     try:
         receipt = normalize_reconciliation_receipt(evidence["taskReconciliation"])
         execution = normalize_execution_revision(execution)
     except (EvidenceProblem, QlwfError, KeyError, TypeError) as e:
-        return f"evidence does not normalize: {e!r}"
-    derived = derive_binding(step, receipt, execution)
-    if binding != derived:
-        differing = sorted(k for k in derived if not isinstance(binding, dict) or binding.get(k) != derived[k])
-        return f"binding differs from the one derived from the evidence in {differing}"
-    return None
+        raise ValueError(f"evidence does not normalize: {e!r}") from e
+    return derive_binding(step, receipt, execution)
+
+
+def _binding_difference(binding: Any, derived: Record) -> str | None:
+    if binding == derived:
+        return None
+    differing = sorted(k for k in derived if not isinstance(binding, dict) or binding.get(k) != derived[k])
+    return f"binding differs from the one derived from the evidence in {differing}"
+
+
+def trace_evidence_problem(plan: Record, step_key: str, binding: Any, evidence: Any) -> str | None:
+    """Why a trace step's `binding` is not the one §3A derives for the plan step `step_key` from the
+    `evidence` it carries, or None when it is (`step_evidence_binding`)."""
+    try:
+        derived = step_evidence_binding(plan, step_key, evidence)
+    except ValueError as e:
+        return str(e)
+    return _binding_difference(binding, derived)
+
+
+def foreign_binding_refusal(plan: Record, step_key: str, binding: Any, evidence: Any) -> Invalid | None:
+    """What a store that derives a task attempt's binding from ql3 evidence (§3A) answers a request for
+    the plan step `step_key` whose `binding` is not the one `evidence` derives: it never takes a binding,
+    so it cannot admit that one, and refuses as §3A refuses an admission input (Invalid
+    `…_TASK_ATTEMPT_ADMISSION_INVALID` `input_invalid`), writing nothing. None when the binding is the
+    derived one; ValueError when the evidence derives none (a probe needs real evidence)."""
+    problem = _binding_difference(binding, step_evidence_binding(plan, step_key, evidence))
+    if problem is None:
+        return None
+    return Invalid(T.FAMILIES["task_admission"].invalid or "", "input_invalid", problem)

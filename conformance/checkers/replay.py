@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from qlwf.conformance.traces.format import model_step
 from qlwf.model.invariants import Violation, check_invariants
 from qlwf.model.records import KIND_KEYS, Record
 from qlwf.model.state import State
@@ -22,7 +23,7 @@ from qlwf.model.system import advance_time, apply
 from .liveness import DrainReport, drain
 
 TRACE_FORMAT = "qlwf-trace"
-TRACE_VERSIONS = (1, 2)  # 2 adds `evidence` to admit_task_attempt steps (not an input of the model's command)
+TRACE_VERSIONS = (1, 2)  # 2 adds `evidence` (not an input of the model's command) and `probe` to admit_task_attempt
 Snapshot = dict[str, list[Record]]
 
 
@@ -127,7 +128,11 @@ def replay_trace(trace: Mapping[str, Any] | Any, out: Callable[[str], Any] = pri
             label, outcome = f"advance_time +{step['deltaMs']} -> clock {state.clock}", "advance_time"
         else:
             try:
-                o = apply(state, {"name": step["name"], "args": step["args"]})
+                if "probe" in step:  # a probe expects what a store deriving the binding answers, not the command
+                    o = model_step(state, step).raw
+                    assert o is not None
+                else:
+                    o = apply(state, {"name": step["name"], "args": step["args"]})
             except ValueError as e:
                 raise ReplayError(f"step {i}: {e}") from e
             state, rules = o.state, o.rules

@@ -8,7 +8,9 @@ from ql3 evidence instead of taking it. `Surface` is that declaration (the `surf
 applicable, never a pass or a failure), `view` cuts an outcome down to what the surface lets one
 compare, and `generate_within` draws traces that stay inside it yet reach the states the spec's
 decisions are about: cancel intent, a drifted workflow at the head of the cancellation order, full
-pages without a cursor.
+pages without a cursor. For a store that derives the binding from ql3 evidence they also probe that it
+does: before some admissions that would succeed, the same admission with a foreign binding, marked
+`"probe": "foreign-binding"`, which such a store refuses (conformance/traces/format.py).
 
 It lives with the generators because both the generators and the lockstep runner read it; the exec
 client builds it from a driver's `hello` (conformance/exec/connection.py).
@@ -22,14 +24,15 @@ from typing import Any, Final
 
 from qlwf.conformance.generate.base import Generator, GeneratorConfig, RandomChooser
 from qlwf.conformance.generate.pages import DRIFT_PATCH, PAGE_CONFIG, PageGenerator
+from qlwf.conformance.generate.plans import binding as placeholder_binding
 from qlwf.conformance.generate.sequences import family, generate
-from qlwf.conformance.traces.format import Trace, corruption
+from qlwf.conformance.traces.format import EVIDENCE_COMMAND, FOREIGN_BINDING, Trace, command, corruption
 from qlwf.model import arguments
 from qlwf.model import tables as T
 from qlwf.model.errors import Invalid
 from qlwf.model.memo import trusting_record_identity
 from qlwf.model.records import Record
-from qlwf.model.system import Outcome
+from qlwf.model.system import Outcome, apply
 
 # How much of a typed error a store reports, from least to most (commands.md §2.3).
 ERROR_DETAILS: Final = ("class", "code", "reason")
@@ -91,7 +94,10 @@ class Surface:
     # ---- applicability ----------------------------------------------------------------------------------
     def missing_piece(self, trace: Trace) -> str | None:
         """The first thing `trace` needs that the surface lacks (`command claim_lease`, `argument after`,
-        `value reason=timeout`, `executor remote_worker`, `evidence`), or None when it fits."""
+        `value reason=timeout`, `executor remote_worker`, `evidence`, `probe foreign-binding`: a store
+        that takes the binding as given cannot refuse a foreign one), or None when it fits."""
+        if self.full:  # the whole port lacks nothing but the refusal of a binding it is given
+            return next((f"probe {s['probe']}" for s in trace.steps if "probe" in s), None)
         for step in trace.steps:
             if step["op"] == "command":
                 piece = self.step_missing(step)
@@ -101,6 +107,8 @@ class Surface:
 
     def step_missing(self, step: Record) -> str | None:
         name, args = step["name"], step["args"]
+        if "probe" in step and not self.admission_evidence:
+            return f"probe {step['probe']}"
         if name not in self.commands:
             return f"command {name}"
         if isinstance(args, dict):
@@ -122,9 +130,12 @@ class Surface:
     def narrowed(self, name: str, args: Record) -> list[tuple[str, Any]]:
         """The (key, value) pairs of `args` whose value is well-formed but one the surface does not take;
         a malformed value is a wrong argument the store refuses like any other, not a gap."""
+        narrowed = self.argument_values.get(name)
+        if not narrowed:
+            return []
         shapes = dict(arguments.ARGUMENTS.get(name, ()))
         out = []
-        for key, allowed in sorted(self.argument_values.get(name, {}).items()):
+        for key, allowed in sorted(narrowed.items()):
             shape = shapes.get(key)
             value = args.get(key)
             if key in args and value not in allowed and shape is not None and shape.problem(value) is None:
@@ -197,6 +208,31 @@ class _Within:
         pair: tuple[Record, Record | None] = super().admission(  # type: ignore[misc]
             run_id, step_key, executor_type, revision, task_key)
         return pair
+
+    def admit_task(self, run_id: str, step_run_id: str, binding: Record, evidence: Record | None) -> Outcome:
+        """For a store that derives the binding, probe first, at about a third of the admissions that
+        would succeed: the same step with a foreign binding beside its real evidence, marked as a probe,
+        which such a store refuses without writing (so the admission itself still follows)."""
+        if self.surface.admission_evidence and evidence is not None:
+            self._probe_foreign_binding(run_id, step_run_id, binding, evidence)
+        out: Outcome = super().admit_task(run_id, step_run_id, binding, evidence)  # type: ignore[misc]
+        return out
+
+    def _probe_foreign_binding(self, run_id: str, step_run_id: str, binding: Record, evidence: Record) -> None:
+        g: Any = self
+        args = {"runId": run_id, "stepRunId": step_run_id, "binding": binding}
+        # only where the derived binding is admitted: a refusal for another reason would make the expected
+        # answer depend on which check a store runs first (conformance/traces/check.py `probe_problem`)
+        if not apply(g.state, {"name": EVIDENCE_COMMAND, "args": args}, g.state.clock).ok or g.c.integer(0, 2):
+            return
+        key, executor = g.state.step_runs[step_run_id]["stepKey"], binding["executorType"]
+        foreign = [
+            placeholder_binding(key, executor),  # invented digests, as traces had before they carried evidence
+            g.admission(run_id, key, executor, 3)[0],  # real, but derived from other evidence (another revision)
+            {**binding, "executionDigest": placeholder_binding(key)["executionDigest"]},  # one digest off
+        ]
+        probe = g.pick([b for b in foreign if b != binding])
+        g.emit(command(EVIDENCE_COMMAND, {**args, "binding": probe}, evidence, probe=FOREIGN_BINDING))
 
     def _snapshot_generator(self) -> tuple[Any, ...]:
         g: Any = self

@@ -216,6 +216,8 @@ class Divergence:
         s = self.step
         what = (f"{s['name']}({json.dumps(s.get('args'), sort_keys=False)})" if s["op"] == "command"
                 else json.dumps({k: v for k, v in s.items() if k in ("op", "deltaMs", "kind", "key", "patch")}))
+        if "probe" in s:
+            what += f"  [probe {s['probe']}]"
         lines = [f"DIVERGENCE in trace {self.trace!r} at step {self.step_index}: {self.kind}",
                  f"  step:            {what}", "  why:             " + self.message.replace("\n", "\n" + " " * 19)]
         lines.append(f"  compared:        {self.compared}")
@@ -360,7 +362,11 @@ def run_lockstep(trace: Trace, port: CommandPort, *, invariants: InvariantCheck 
             else:
                 mine, theirs = done.outcome, got
             if canonical_json(mine) != canonical_json(theirs):
-                return diverge("outcome", "the backend's outcome differs from the model's", model_outcome=mine,
+                why = "the backend's outcome differs from the model's"
+                if "probe" in step:
+                    why += (f" (a {step['probe']} probe: the binding is not the one the step's evidence derives, "
+                            "and a store that derives the binding refuses it)")
+                return diverge("outcome", why, model_outcome=mine,
                                backend_outcome=theirs, rules=done.rules,
                                record_diffs=snapshot_diff(model_snapshot, readback.whole(backend_snapshot, fresh)))
         if fresh is None:  # the whole store: `model_snapshot != backend_snapshot`, kind by kind

@@ -180,7 +180,8 @@ def run_traces(backend: str, traces: Iterable[Trace], *, invariants: bool = True
                 raise
             surface = getattr(port, "surface", FULL)
             summary.surface = surface
-            missing = surface.missing_piece(trace) if surface is not FULL else None
+            # the whole port too: a probe of a store that derives the binding is not for one that takes it
+            missing = surface.missing_piece(trace)
             if missing is not None:
                 with _unless_lost(factory, f"closing the store of trace {name!r}"):
                     port.close()

@@ -176,6 +176,8 @@ def build(trace: Trace) -> TraceView:
     seen: set[tuple[str, str]] = set()
     for i, step in enumerate(trace.steps):
         command = step["name"] if step["op"] == "command" else _harness_label(step)
+        if "probe" in step:  # its outcome is what a store deriving the binding answers, not the command's
+            command += f" [probe {step['probe']}]"
         args = _compact(step["args"]) if step["op"] == "command" else ""
         try:
             done = model_step(state, step)

@@ -8,7 +8,10 @@ recorded value (atMs, clock, outcome, rules, the state's digest or one of its re
 report names that step, the first differing key with both values, and a record-level diff of the
 state the file claims against the model's (conformance/lockstep/state_diff.py). An admit_task_attempt
 step's `evidence` (version 2) is wrong when the step's binding is not the one task-attempts.md §3A
-derives from it for the step's plan step (model/evidence.py `trace_evidence_problem`).
+derives from it for the step's plan step (model/evidence.py `trace_evidence_problem`), unless the step
+is marked as a foreign-binding probe (`"probe": "foreign-binding"`): then it is wrong when the binding
+*is* the derived one (it probes nothing), or when the admission with the derived binding would not be
+admitted there either (the answer would then depend on which check a store runs first).
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ from qlwf.conformance.exec.protocol_schema import document_problems
 from qlwf.conformance.lockstep.state_diff import RecordDiff, snapshot_diff, value_diff
 from qlwf.conformance.traces.format import (
     EVIDENCE_COMMAND,
+    EXPECTATION_KEYS,
     Snapshot,
     TraceFormatError,
     expectations,
     first_difference,
     from_json,
     model_step,
+    plan_step_of,
     read_json_file,
 )
-from qlwf.model.evidence import trace_evidence_problem
+from qlwf.model.evidence import step_evidence_binding, trace_evidence_problem
 from qlwf.model.records import KIND_KEYS
 from qlwf.model.state import State
+from qlwf.model.system import apply
 
 Record = dict[str, Any]
 MAX_SCHEMA_PROBLEMS = 10
@@ -162,11 +168,12 @@ def check_document(doc: Any, path: str) -> CheckResult:
     state = State(clock=trace.initial_clock)
     before = state.snapshot()
     for i, step in enumerate(trace.steps):
-        inputs = {k: v for k, v in step.items() if k in ("op", "name", "args", "deltaMs", "kind", "key", "patch")}
+        inputs = {k: v for k, v in step.items() if k not in EXPECTATION_KEYS}
         problem = evidence_problem(state, step)
         if problem is not None:
             binding = step["args"].get("binding") if isinstance(step["args"], dict) else None
-            return CheckResult(path, "wrong", i + 1, wrong=WrongStep(i, step, "evidence", binding, problem))
+            key = "probe" if "probe" in step else "evidence"
+            return CheckResult(path, "wrong", i + 1, wrong=WrongStep(i, step, key, binding, problem))
         try:
             done = model_step(state, inputs)
         except (ValueError, KeyError, TypeError) as e:
@@ -191,16 +198,34 @@ def check_document(doc: Any, path: str) -> CheckResult:
 
 def evidence_problem(state: State, step: Record) -> str | None:
     """Why the ql3 evidence of an admit_task_attempt step does not derive its binding (None: it does, or
-    the step carries none). Evidence belongs to a step whose Run has one admitted plan holding the StepRun."""
+    the step carries none). Evidence belongs to a step whose Run has one admitted plan holding the StepRun.
+    A foreign-binding probe turns the rule round (`probe_problem`)."""
     if step.get("op") != "command" or step.get("name") != EVIDENCE_COMMAND or step.get("evidence") is None:
         return None
-    args = step["args"] if isinstance(step["args"], dict) else {}
-    run_id, step_run_id = args.get("runId"), args.get("stepRunId")
-    admitted = state.admission_of_run(run_id) if isinstance(run_id, str) else []
-    step_run = state.step_runs.get(step_run_id) if isinstance(step_run_id, str) else None
-    if len(admitted) != 1 or step_run is None:
+    backed = plan_step_of(state, step["args"])
+    if backed is None:
         return "evidence on a step whose Run and StepRun no admitted plan backs (it must be null there)"
-    return trace_evidence_problem(admitted[0]["plan"], step_run["stepKey"], args.get("binding"), step["evidence"])
+    if "probe" in step:
+        return probe_problem(state, step, *backed)
+    return trace_evidence_problem(*backed, step["args"].get("binding"), step["evidence"])
+
+
+def probe_problem(state: State, step: Record, plan: Record, step_key: str) -> str | None:
+    """Why a foreign-binding probe does not probe: its evidence derives no binding, its binding is the
+    derived one, or the derived binding would be refused there too (the refusal the probe expects would
+    then depend on which check a store runs first)."""
+    try:
+        derived = step_evidence_binding(plan, step_key, step["evidence"])
+    except ValueError as e:
+        return f"a foreign-binding probe needs evidence that derives a binding: {e}"
+    if step["args"].get("binding") == derived:
+        return "a foreign-binding probe whose binding is the one its evidence derives: it probes nothing"
+    admitted = apply(state, {"name": EVIDENCE_COMMAND, "args": {**step["args"], "binding": derived}}, state.clock)
+    if not admitted.ok:
+        assert admitted.error is not None
+        return (f"a foreign-binding probe where the derived binding would be refused too "
+                f"({admitted.error.error_class} {admitted.error.reason}): place it where the admission succeeds")
+    return None
 
 
 def _short_text(text: str, limit: int = 240) -> str:

@@ -14,6 +14,12 @@ derives from ({"taskReconciliation": receipt, "execution": revision}, task-attem
 where the binding is deliberately not derivable. A content-addressed store seeds its rows from it;
 `qlwf traces check` holds binding = derived(evidence). Version 1 files are still read.
 
+Such a step may also be a probe of a store that derives the binding (a surface with
+`admissionEvidence`, conformance/generate/surface.py): `"probe": "foreign-binding"` marks a binding
+that deliberately differs from the one its (real) evidence derives. The model side then expects
+what such a store answers, the §3A refusal (model/evidence.py `foreign_binding_refusal`), instead of
+running the command; a store that takes the binding as given cannot run it (not applicable).
+
 `corrupt` is a fault-injection step (drift traces): the backend overwrites one stored record
 behind the commands' back and the model mirrors it (conformance/traces/drift_mirror.py). Once recorded, every
 step also carries what the model did: `clock` (the harness clock after the step), `outcome`
@@ -40,6 +46,7 @@ from typing import Any
 from qlwf.conformance.traces.drift_mirror import corrupt_state
 from qlwf.model import strict_json
 from qlwf.model.canonical import canonical_json
+from qlwf.model.evidence import foreign_binding_refusal
 from qlwf.model.records import KIND_KEYS  # the key of every record kind (commands.md §1.3)
 from qlwf.model.state import State
 from qlwf.model.system import COMMANDS, Outcome, advance_time, apply
@@ -48,6 +55,8 @@ TRACE_FORMAT = "qlwf-trace"
 TRACE_VERSION = 2
 READ_VERSIONS = (1, 2)  # version 1: no `evidence` on admit_task_attempt steps
 EVIDENCE_COMMAND = "admit_task_attempt"  # the one command whose steps carry ql3 evidence
+FOREIGN_BINDING = "foreign-binding"  # the probe: a binding its step's evidence does not derive
+PROBES = (FOREIGN_BINDING,)
 STEP_OPS = ("advance_time", "command", "corrupt")
 # Everything the model derives from a step's inputs; `atMs` is derived too (initialClock plus the
 # advances so far), so a hand-edited time is caught like any other expectation.
@@ -100,11 +109,14 @@ class Trace:
 _NO_EVIDENCE: Any = object()
 
 
-def command(name: str, args: Any, evidence: Any = _NO_EVIDENCE) -> Record:
-    """A command step; `evidence` ({"taskReconciliation", "execution"} or None) only for admit_task_attempt."""
+def command(name: str, args: Any, evidence: Any = _NO_EVIDENCE, *, probe: str | None = None) -> Record:
+    """A command step; `evidence` ({"taskReconciliation", "execution"} or None) and `probe` (PROBES) only
+    for admit_task_attempt."""
     step: Record = {"op": "command", "name": name, "args": args}
     if evidence is not _NO_EVIDENCE:
         step["evidence"] = evidence
+    if probe is not None:
+        step["probe"] = probe
     return step
 
 
@@ -124,7 +136,8 @@ def validate_step(step: Any, index: int, version: int = TRACE_VERSION) -> None:
     missing = [k for k in required if k not in step]
     if missing:
         raise TraceFormatError(f"step {index} ({op}): missing {missing}")
-    optional = {"evidence"} if version >= 2 and op == "command" and step.get("name") == EVIDENCE_COMMAND else set()
+    evidence_step = version >= 2 and op == "command" and step.get("name") == EVIDENCE_COMMAND
+    optional = {"evidence", "probe"} if evidence_step else set()
     extra = sorted(set(step) - {"op", *required, *optional, *EXPECTATION_KEYS})
     if extra:
         raise TraceFormatError(f"step {index} ({op}): unexpected keys {extra}")
@@ -138,6 +151,8 @@ def validate_step(step: Any, index: int, version: int = TRACE_VERSION) -> None:
     if evidence is not None and not (isinstance(evidence, dict) and set(evidence) == {"taskReconciliation", "execution"}
                                      and all(isinstance(v, dict) for v in evidence.values())):
         raise TraceFormatError(f"step {index}: evidence must be null or {{taskReconciliation, execution}} objects")
+    if "probe" in step and (step["probe"] not in PROBES or evidence is None):
+        raise TraceFormatError(f"step {index}: probe must be one of {list(PROBES)}, on a step with evidence")
 
 
 def from_json(obj: Any, name: str = "") -> Trace:
@@ -248,8 +263,35 @@ def model_step(state: State, step: Record) -> ModelStep:
         return ModelStep(advance_time(state, step["deltaMs"]), None, ())
     if op == "corrupt":
         return ModelStep(corrupt_state(state, step["kind"], step["key"], step["patch"]), None, ())
+    if step.get("probe") == FOREIGN_BINDING:
+        return _foreign_binding(state, step)
     out = apply(state, {"name": step["name"], "args": step["args"]}, state.clock)
     return ModelStep(out.state, outcome_json(out), out.rules, out)
+
+
+def plan_step_of(state: State, args: Any) -> tuple[Record, str] | None:
+    """(the admitted plan, the stepKey) behind an admit_task_attempt's runId and stepRunId, when one
+    admitted plan holds that StepRun: what evidence belongs to."""
+    args = args if isinstance(args, dict) else {}
+    run_id, step_run_id = args.get("runId"), args.get("stepRunId")
+    admitted = state.admission_of_run(run_id) if isinstance(run_id, str) else []
+    step_run = state.step_runs.get(step_run_id) if isinstance(step_run_id, str) else None
+    if len(admitted) != 1 or step_run is None:
+        return None
+    return admitted[0]["plan"], step_run["stepKey"]
+
+
+def _foreign_binding(state: State, step: Record) -> ModelStep:
+    """A foreign-binding probe: what a store that derives the binding from the step's evidence answers.
+    Not the command's semantics (which take the binding as given, D-1): the §3A refusal, nothing written,
+    no rule fired. ValueError for a probe that probes nothing (its binding is the derived one)."""
+    backed = plan_step_of(state, step["args"])
+    if backed is None:
+        raise ValueError("a foreign-binding probe on a step whose Run and StepRun no admitted plan backs")
+    refusal = foreign_binding_refusal(*backed, step["args"].get("binding"), step.get("evidence"))
+    if refusal is None:
+        raise ValueError("a foreign-binding probe whose binding is the one its evidence derives")
+    return ModelStep(state, {"error": refusal.to_json()}, (), Outcome(None, refusal, state, ()))
 
 
 @dataclass(frozen=True)

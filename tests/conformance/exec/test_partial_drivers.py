@@ -19,7 +19,7 @@ from qlwf.conformance.generate.surface import FULL, Surface, generate_within
 from qlwf.conformance.lockstep import runner
 from qlwf.conformance.report.paths import first_difference_path
 from qlwf.conformance.traces.corpus import CORPUS_DIR
-from qlwf.conformance.traces.format import Trace, advance, command
+from qlwf.conformance.traces.format import FOREIGN_BINDING, Trace, advance, command, model_step
 from qlwf.impl.driver_protocol import Server
 from qlwf.impl.ql3_surfaces import EDGE_COMMANDS, EDGE_SURFACE, PAGE_COUNTERS
 from qlwf.impl.sqlite.driver import MemoryStores
@@ -208,6 +208,66 @@ def test_generated_traces_stay_inside_the_edge_surface_and_reach_its_hard_states
     assert heads_drifted >= 3 and full_pages >= 10 and cancels >= 20 and admitted >= 10
 
 
+def _probes(trace: Trace) -> list[int]:
+    return [i for i, step in enumerate(trace.steps) if "probe" in step]
+
+
+@pytest.mark.parametrize("name", sorted(profiles.PROFILES))
+def test_generated_traces_probe_that_a_deriving_store_derives_the_binding(name: str) -> None:
+    """Under a surface with admissionEvidence, some admissions that would succeed are preceded by the same
+    step with a foreign binding beside its real evidence, marked as a probe; the model side expects the
+    §3A refusal (Invalid, ql3's admission-invalid code), nothing written; the admission itself follows."""
+    surface = profiles.profile(name)
+    probes = traces_with = 0
+    foreign_kinds: set[str] = set()
+    for seed in range(48):
+        trace = generate_within(seed, surface)
+        run = trace.model_run
+        assert run is not None and surface.missing_piece(trace) is None
+        traces_with += bool(_probes(trace))
+        for i in _probes(trace):
+            probes += 1
+            step, after = trace.steps[i], trace.steps[i + 1]
+            assert step["probe"] == FOREIGN_BINDING and step["evidence"] is not None
+            before = run.done[i - 1].state if i else run.initial
+            derived = evidence_binding(before.admission_of_run(step["args"]["runId"])[0]["plan"],
+                                       step["evidence"]["taskReconciliation"], step["evidence"]["execution"],
+                                       before.step_runs[step["args"]["stepRunId"]]["stepKey"])
+            assert step["args"]["binding"] != derived
+            assert step["args"]["binding"]["executorType"] in surface.executor_types
+            foreign_kinds.add("invented" if step["args"]["binding"]["taskReconciliationReceiptDigest"] == "8" * 64
+                              else "one digest" if step["args"]["binding"]["taskRevision"] == derived["taskRevision"]
+                              else "other evidence")
+            done = run.done[i]
+            assert done.outcome == {"error": {"class": "Invalid", "reason": "input_invalid",
+                                              "code": "PLUGIN_PACKAGE_WORKFLOW_TASK_ATTEMPT_ADMISSION_INVALID"}}
+            assert done.state is before and done.rules == ()
+            # the lockstep's model side computes the same from the step alone (not from the generator's run)
+            assert model_step(before, step).outcome == done.outcome
+            # then the admission itself, with the derived binding and the same evidence, is admitted
+            assert (after["args"] | {"binding": step["args"]["binding"]}, after["evidence"]) == (step["args"],
+                                                                                               step["evidence"])
+            assert after["args"]["binding"] == derived and "probe" not in after
+            admitted = run.done[i + 1].outcome
+            assert admitted is not None and "ok" in admitted
+    assert probes >= 30 and traces_with >= 20 and foreign_kinds == {"invented", "one digest", "other evidence"}
+
+
+def test_the_whole_port_gets_no_probe_and_counts_a_probe_as_not_applicable() -> None:
+    """The built-in backends take the binding as given: their generated traces carry no probe, and a trace
+    with one is not applicable to them (never a failure), as to any surface without admissionEvidence."""
+    assert not any(_probes(generate(seed)) for seed in range(48))
+    trace = next(t for t in (generate_within(seed, profiles.EDGE) for seed in range(8)) if _probes(t))
+    assert FULL.missing_piece(trace) == "probe foreign-binding"
+    assert Surface(commands=profiles.EDGE.commands, executor_types=profiles.EDGE.executor_types,
+                   omitted_arguments=profiles.EDGE.omitted_arguments,
+                   argument_values=profiles.EDGE.argument_values).missing_piece(trace) == "probe foreign-binding"
+    summary = runner.run_traces("sqlite", [trace])
+    assert summary.not_applicable == [(trace.name, "probe foreign-binding")] and not summary.results
+    plain = Trace(trace.name, trace.initial_clock, [s for s in trace.steps if "probe" not in s], trace.name)
+    assert runner.run_traces("sqlite", [plain]).verdict == "passed"
+
+
 def test_under_the_edge_profile_most_plain_generated_traces_are_not_applicable() -> None:
     """What the profile filter is for: the ordinary generator's traces mostly need more than Edge has."""
     missing = [profiles.EDGE.missing_piece(generate(seed)) for seed in range(32)]
@@ -224,6 +284,8 @@ def test_the_restricted_driver_passes_its_applicable_traces(edge_backend: Any) -
     generated = runner.run_generated("exec", 48, 7, surface=profiles.EDGE)
     assert generated.verdict == "passed" and len(generated.results) == 48 and not generated.not_applicable
     assert generated.surface == profiles.EDGE
+    # the foreign-binding probes among them were run and refused as the model expected
+    assert sum(len(_probes(t)) for t in runner.generated_traces(48, 7, surface=profiles.EDGE)) >= 30
     assert "compared: surface edge; errors by class+code" in generated.line()
 
 
@@ -236,6 +298,25 @@ def test_the_head_of_line_plant_is_found_by_generated_traces_under_the_edge_prof
                            "_UNAVAILABLE"}, causes
     divergence = summary.failures[0].divergence
     assert divergence is not None and "compared:        surface edge" in divergence.render()
+
+
+def test_the_placeholder_plant_is_found_by_generated_traces_under_the_edge_profile(edge_backend: Any) -> None:
+    """`--plant accept-placeholder` takes any binding: every generated trace with a foreign-binding probe
+    fails at its first probe (ok where the model expects the §3A refusal), and only there."""
+    edge_backend("accept-placeholder")
+    traces = list(runner.generated_traces(48, 7, surface=profiles.EDGE))
+    probed = {t.name: _probes(t)[0] for t in traces if _probes(t)}
+    summary = runner.run_traces("exec", traces)
+    assert summary.verdict == "failed" and len(summary.results) == 48
+    assert {r.trace: r.divergence.step_index for r in summary.failures if r.divergence} == probed
+    assert summary.causes() == {"admit_task_attempt × Invalid/PLUGIN_PACKAGE_WORKFLOW_TASK_ATTEMPT_ADMISSION_INVALID"
+                                " vs ok": len(probed)}, summary.causes()
+    divergence = summary.failures[0].divergence
+    assert divergence is not None and divergence.kind == "outcome"
+    assert "[probe foreign-binding]" in divergence.render() and "foreign-binding probe" in divergence.message
+    # without the probes the same traces cannot tell the plant from a store that derives the binding
+    stripped = [Trace(t.name, t.initial_clock, [s for s in t.steps if "probe" not in s], t.name) for t in traces]
+    assert runner.run_traces("exec", stripped).verdict == "passed"
 
 
 def _admit(server: Server, plan: dict[str, Any], binding: dict[str, Any], evidence: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Evidence-bearing traces (issue 35): every admit_task_attempt step of the corpus and of generated traces
 carries the ql3 evidence its binding derives from (task-attempts.md §3A), `qlwf traces check` holds
-binding = derived(evidence), and the exec protocol passes the evidence to the driver."""
+binding = derived(evidence) except on a step marked as a foreign-binding probe, and the exec protocol passes
+the evidence to the driver."""
 
 from __future__ import annotations
 
@@ -10,10 +11,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qlwf.conformance.exec import profiles
+from qlwf.conformance.generate import plans
 from qlwf.conformance.generate.sequences import generate
+from qlwf.conformance.generate.surface import generate_within
 from qlwf.conformance.traces.check import check_document, evidence_problem
 from qlwf.conformance.traces.corpus import CORPUS_DIR
-from qlwf.conformance.traces.format import TraceFormatError, from_json, load, model_step
+from qlwf.conformance.traces.format import (
+    FOREIGN_BINDING,
+    Trace,
+    TraceFormatError,
+    command,
+    from_json,
+    load,
+    model_step,
+    record,
+)
+from qlwf.model.evidence import foreign_binding_refusal
 from qlwf.model.state import State
 
 CORPUS = sorted(CORPUS_DIR.glob("*.json"))
@@ -119,3 +133,88 @@ def test_the_exec_driver_receives_each_steps_evidence() -> None:
     expected = [s["evidence"] for s in trace.steps if s.get("name") == "admit_task_attempt"]
     assert expected and all(e is not None for e in expected)
     assert [m.get("evidence") for m in applies] == expected
+
+
+# ---- foreign-binding probes (a store that derives the binding refuses one it cannot derive) ------------------
+def _probe_doc() -> tuple[dict[str, Any], int]:
+    """A recorded edge trace with a foreign-binding probe, as JSON, and the index of its first probe."""
+    trace = next(t for t in (generate_within(seed, profiles.EDGE) for seed in range(8))
+                 if any("probe" in s for s in t.steps))
+    doc = json.loads(json.dumps(record(trace).to_json()))
+    return doc, next(i for i, s in enumerate(doc["steps"]) if "probe" in s)
+
+
+def test_a_marked_probe_is_accepted_with_the_refusal_as_its_outcome() -> None:
+    doc, i = _probe_doc()
+    assert doc["version"] == 2 and doc["steps"][i]["probe"] == FOREIGN_BINDING
+    assert doc["steps"][i]["outcome"] == {"error": {"class": "Invalid", "reason": "input_invalid",
+                                                    "code": "PLUGIN_PACKAGE_WORKFLOW_TASK_ATTEMPT_ADMISSION_INVALID"}}
+    assert doc["steps"][i]["state"]["changes"] == []
+    result = check_document(doc, "probe.json")
+    assert result.status == "ok", result.render()
+    # the recorded outcome is checked like any other: an admission recorded as taken is wrong
+    doc["steps"][i]["outcome"] = doc["steps"][i + 1]["outcome"]
+    wrong = check_document(doc, "probe.json")
+    assert wrong.status == "wrong" and wrong.wrong is not None
+    assert (wrong.wrong.index, wrong.wrong.key) == (i, "outcome")
+
+
+def test_an_unmarked_foreign_binding_is_still_a_wrong_step() -> None:
+    doc, i = _probe_doc()
+    del doc["steps"][i]["probe"]
+    result = check_document(doc, "t.json")
+    assert result.status == "wrong" and result.wrong is not None
+    assert (result.wrong.index, result.wrong.key) == (i, "evidence")
+    assert "binding differs from the one derived from the evidence" in str(result.wrong.model)
+
+
+def test_a_marked_probe_whose_binding_is_the_derived_one_is_a_wrong_step() -> None:
+    doc, i = _probe_doc()
+    doc["steps"][i]["args"]["binding"] = doc["steps"][i + 1]["args"]["binding"]  # the admission's own, derived
+    result = check_document(doc, "t.json")
+    assert result.status == "wrong" and result.wrong is not None
+    assert (result.wrong.index, result.wrong.key) == (i, "probe") and "probes nothing" in str(result.wrong.model)
+    assert "probe" in result.render() and result.exit_code == 1
+
+
+def test_a_probe_where_the_derived_binding_is_refused_too_is_a_wrong_step() -> None:
+    """Where the admission fails anyway (a StepRun not ready), which refusal a store gives first is not fixed."""
+    plan = plans.make_plan("run-1", "plan-1", {"a": [], "b": ["a"]}, 1_000_000)
+    head = [command("admit_workflow", {"plan": plan}), command("advance_frontier", {"runId": "run-1"})]
+
+    def probe(key: str) -> dict[str, Any]:
+        args = {"runId": "run-1", "stepRunId": f"run-1:{key}", "binding": plans.binding(key, "local_process")}
+        evidence = plans.admission(plan, key, "local_process")[1]
+        return command("admit_task_attempt", args, evidence, probe=FOREIGN_BINDING)
+
+    ready = check_document(record(Trace("t", 1_000_000, [*head, probe("a")], "t")).to_json(), "t.json")
+    assert ready.status == "ok", ready.render()
+    pending = check_document(record(Trace("t", 1_000_000, [*head, probe("b")], "t")).to_json(), "t.json")
+    assert pending.status == "wrong" and pending.wrong is not None
+    assert (pending.wrong.index, pending.wrong.key) == (2, "probe") and "refused too" in str(pending.wrong.model)
+
+
+@pytest.mark.parametrize(("edit", "message"), ids=["unknown probe", "no evidence"], argvalues=[
+    (lambda s: s.update(probe="other-probe"), "probe must be one of"),
+    (lambda s: s.update(evidence=None), "probe must be one of"),
+])
+def test_the_loader_refuses_a_probe_it_does_not_know_or_without_evidence(edit: Any, message: str) -> None:
+    doc, i = _probe_doc()
+    edit(doc["steps"][i])
+    with pytest.raises(TraceFormatError, match=message):
+        from_json(doc)
+    assert check_document(doc, "t.json").status == "invalid"
+    doc, i = _probe_doc()
+    with pytest.raises(TraceFormatError, match="unexpected keys"):
+        from_json(doc | {"version": 1})
+
+
+def test_the_refusal_is_the_models_own_reading_of_the_evidence() -> None:
+    plan = plans.make_plan("run-1", "plan-1", {"a": []}, 1_000_000)
+    derived, evidence = plans.admission(plan, "a", "local_process")
+    assert foreign_binding_refusal(plan, "a", derived, evidence) is None
+    refusal = foreign_binding_refusal(plan, "a", plans.binding("a", "local_process"), evidence)
+    assert refusal is not None and refusal.to_json() == {
+        "class": "Invalid", "code": "PLUGIN_PACKAGE_WORKFLOW_TASK_ATTEMPT_ADMISSION_INVALID", "reason": "input_invalid"}
+    with pytest.raises(ValueError, match="evidence must be"):
+        foreign_binding_refusal(plan, "a", derived, None)
