@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from qlwf.cli.argtypes import integer, output_dir
+from qlwf.review.model_diff import DIFF_WORKFLOW_SCOPES
 
 MAX_K = 4  # K = 3 is the explorer manifest's largest scope; 4 is already a long run
 
@@ -33,6 +34,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", type=_shape_name, action="append", metavar="NAME",
                    help="explore only this shape, e.g. '2:a>b' (repeatable; names as `qlwf explore` prints them, "
                         "or any relabelling)")
+    p.add_argument("--workflows", action="append", metavar="WxSHAPE", dest="workflow_scopes",
+                   help="also explore W Runs of the shape side by side, e.g. '3x1:-' (repeatable; default "
+                        f"{', '.join(DIFF_WORKFLOW_SCOPES)}; 'none' for none)")
+    p.add_argument("--reduction", choices=("runs", "none"), default="runs",
+                   help="'runs' (default) takes the states of several Runs up to permutations of the Runs; 'none' "
+                        "keeps them apart (docs/explorer-reduction.md)")
     p.add_argument("--bound", type=integer(1, MAX_K), default=2, metavar="N", help="proof bound N (default 2)")
     p.add_argument("--prove-only", action="append", metavar="NAME",
                    help="only these proof properties (fnmatch pattern as for `qlwf prove --only`; repeatable)")
@@ -55,13 +62,20 @@ def _shape_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _scopes(given: list[str] | None) -> tuple[str, ...]:
+    if given is None:
+        return DIFF_WORKFLOW_SCOPES
+    return tuple(dict.fromkeys(name for name in given if name != "none"))
+
+
 def main(args: argparse.Namespace) -> int:
     from qlwf.review.model_diff import DumpError, Options, diff
     from qlwf.review.report import render_markdown
     from qlwf.review.sources import DiffInputError, base_tree, head_tree, repository_root
 
     opts = Options(max_steps=args.max_steps, shapes=args.shape, proofs_bound=None if args.no_proofs else args.bound,
-                   proofs_only=args.prove_only, oracle=not args.no_oracle, witness_dir=Path(args.witness_dir))
+                   proofs_only=args.prove_only, oracle=not args.no_oracle, witness_dir=Path(args.witness_dir),
+                   workflow_scopes=_scopes(args.workflow_scopes), swap_runs=args.reduction == "runs")
     try:
         repo: Path | None
         if args.repo is not None:

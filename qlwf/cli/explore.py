@@ -11,12 +11,12 @@ from typing import Any, TextIO
 from qlwf.cli.argtypes import integer, processes
 from qlwf.conformance.checkers.counterexamples import write_counterexamples
 from qlwf.conformance.checkers.explore import (
-    FULL,
+    ALPHABETS,
     MAX_SHAPE_STEPS,
     MAX_WORKFLOWS,
+    REDUCED,
     REDUCTIONS,
     SELECTED,
-    Alphabet,
     Config,
     ExploreReport,
     Shape,
@@ -52,19 +52,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--full", action="store_true",
                    help="give every shape the full alphabet (two attempts and lease generations, deadlines, renew); "
                         "much larger, for deep campaigns — the manifest pins the default alphabets")
-    p.add_argument("--reduction", choices=REDUCTIONS, default="none",
-                   help="partial-order reduction: 'sleep' skips choices that commute with one already taken (sleep "
-                        "sets, docs/explorer-reduction.md; same states and verdicts, fewer transitions). Within one "
-                        "Run every choice is dependent: it saves work only with --workflows 2 or more")
+    p.add_argument("--reduction", choices=REDUCTIONS, default=REDUCED,
+                   help=f"'runs' (default: {REDUCED}) explores states up to permutations of the Runs (fewer "
+                        "states); 'sleep' skips choices that commute with one already taken (sleep sets: the same "
+                        "states, fewer transitions, more CPU); 'sleep+runs' both; 'none' neither "
+                        "(docs/explorer-reduction.md). With one Run every reduction is the same search: they save "
+                        "work only with --workflows 2 or more")
     p.add_argument("--workflows", type=integer(1, MAX_WORKFLOWS), default=1, metavar="W",
                    help=f"admit W Runs of each shape side by side (at most {MAX_WORKFLOWS}; the manifest pins W = 1)")
     p.add_argument("--jobs", type=processes(), default=min(2, os.cpu_count() or 1), metavar="J",
                    help="explore shapes in J processes (default: 2 where there are two cores; the report is the same)")
     p.set_defaults(func=run)
-
-
-def _full(_n_steps: int) -> Alphabet:
-    return FULL
 
 
 def _shape(text: str) -> Shape:
@@ -106,8 +104,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
     shapes = named or (scope_shapes(args.max_steps, selected) if selected else None)
     cfg = Config(max_steps=args.max_steps or max(n for n, _ in named), max_depth=args.depth,
-                 alphabet=_full if full else default_alphabet, shapes=shapes,
-                 reduction=getattr(args, "reduction", "none"), workflows=getattr(args, "workflows", 1))
+                 alphabet=ALPHABETS["full"] if full else default_alphabet, shapes=shapes,
+                 reduction=getattr(args, "reduction", REDUCED), workflows=getattr(args, "workflows", 1))
     if not args.json:
         out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
     report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qlwf.gate.checks import EXPLORER_QUICK_K, load_script
+from qlwf.gate.checks import EXPLORER_FULL_WORKFLOWS, EXPLORER_QUICK_K, EXPLORER_QUICK_WORKFLOWS, load_script
 
 Texts = dict[str, str]  # repository-relative path -> file text
 EXPLORER_MANIFEST = "conformance/checkers/explore_manifest.json"
@@ -29,7 +29,10 @@ EXPLORER_ABOUT = (
     f"when a count of K <= {EXPLORER_TESTED_STEPS} changes, the gate's explorer check (`qlwf check`: K = "
     f"{EXPLORER_QUICK_K} quick; K = {EXPLORER_MAX_STEPS} and the selected families full) when one of its counts "
     "changes; after an intended change of the model or of the abstraction, run `qlwf regenerate` and review the "
-    "difference.")
+    "difference. Under workflows: the multi-workflow scopes (W Runs of one shape side by side, searched up to "
+    "permutations of the Runs: docs/explorer-reduction.md); the gate explores "
+    f"{', '.join(EXPLORER_QUICK_WORKFLOWS)} quick and {', '.join(EXPLORER_FULL_WORKFLOWS)} full, the nightly job "
+    "all of them.")
 
 
 @dataclass(frozen=True)
@@ -61,25 +64,28 @@ def explorer_manifest_text(report: Any, pinned: dict[str, Any] | None = None) ->
     selected families beyond. A smaller report (the test suite's K <= 3) is completed with the larger
     shapes' counts from `pinned` (the manifest in the tree): its own shapes and every total are still
     rebuilt, so a changed count of K <= report.max_steps shows in every total it enters."""
-    from qlwf.conformance.checkers.explore import counts_of_shapes, manifest_counts, shape_size
+    from qlwf.conformance.checkers.explore import WORKFLOW_SCOPES, counts_of_shapes, manifest_counts, shape_size
 
-    shapes = manifest_counts(report)["shapes"]
+    explored = manifest_counts(report)
+    shapes, workflows = explored["shapes"], explored.get("workflows", {})
     if pinned is not None:
         shapes |= {name: c for name, c in pinned.get("shapes", {}).items()
                    if name not in shapes and shape_size(name) > report.max_steps}
-    counts = counts_of_shapes(shapes, EXPLORER_MAX_STEPS if pinned is not None else report.max_steps)
+        workflows = pinned.get("workflows", {}) | workflows
+    counts = counts_of_shapes(shapes, EXPLORER_MAX_STEPS if pinned is not None else report.max_steps,
+                              {name: workflows[name] for name in WORKFLOW_SCOPES if name in workflows})
     return json.dumps({"about": EXPLORER_ABOUT, **counts}, indent=2) + "\n"
 
 
 def _explorer(root: Path, report: Any = None) -> Texts:
     import os
 
-    from qlwf.conformance.checkers.explore import Config, explore, scope_shapes
+    from qlwf.conformance.checkers.explore import WORKFLOW_SCOPES, Config, explore, scope_shapes
 
     if report is None:
         report = explore(Config(max_steps=EXPLORER_MAX_STEPS, shapes=scope_shapes(EXPLORER_MAX_STEPS,
-                                                                                  EXPLORER_SELECTED)),
-                         jobs=min(4, os.cpu_count() or 1))
+                                                                                  EXPLORER_SELECTED),
+                                workflow_scopes=WORKFLOW_SCOPES), jobs=min(4, os.cpu_count() or 1))
     if report.findings:
         first = report.findings[0]
         raise RuntimeError(f"the explorer found {len(report.findings)} violation(s) (first: {first.shape} "

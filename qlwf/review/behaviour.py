@@ -76,11 +76,10 @@ class Explorer:
         self.x, self.system, self.State = x, system, state_mod.State
         self.identity: dict[str, str] = {}  # key → the explorer's identity, as text
 
-    def frame(self, state: Any, renamings: list[dict[str, str]]) -> tuple[str, dict[str, str]]:
-        x = self.x
-        abstract = x.collapse(x.detailed_state(state))
-        names = min(renamings, key=lambda n: repr(x._rename(abstract, n))) if len(renamings) > 1 else renamings[0]
-        key = repr(x.canonical_key(abstract, renamings))
+    def frame(self, state: Any, symmetry: Any) -> tuple[str, dict[str, str]]:
+        abstract = self.x.collapse(self.x.detailed_state(state))
+        names = symmetry.renaming(abstract)
+        key = repr(abstract if symmetry.trivial else symmetry.rename(abstract, names))
         self.identity[_digest(key.encode())] = key
         return _digest(key.encode()), names
 
@@ -92,12 +91,16 @@ class Explorer:
         args = dict(step["args"])
         attempts = {a["id"]: f"{names.get(sid, sid)}#{i + 1}"
                     for sid, rows in self.x._attempts_by_step(state).items() for i, a in enumerate(rows)}
+        if "runId" in args:
+            args["runId"] = names.get(args["runId"], args["runId"])
         if "stepRunId" in args:
             args["stepRunId"] = names.get(args["stepRunId"], args["stepRunId"])
         if "binding" in args:
             args["binding"] = f"binding of {args.get('stepRunId')}"
         if "plan" in args:
-            args["plan"] = "the admitted plan"
+            run_id = args["plan"]["runId"]
+            args["plan"] = "the admitted plan" if run_id == self.x.RUN_ID and len(state.runs) <= 1 else \
+                f"the plan of {names.get(run_id, run_id)}"
         if "workerId" in args:
             lease = state.leases.get(step["args"].get("attemptId"))
             if lease is not None:
@@ -112,14 +115,18 @@ class Explorer:
         outcome = self.system.apply(state, {"name": step["name"], "args": step["args"]})
         return outcome.state, outcome
 
-    def shape(self, shape: Any) -> Record:
+    def shape(self, shape: Any, workflows: int = 1, swap_runs: bool = True, alphabet_name: str | None = None
+              ) -> Record:
+        """The explored graph of `workflows` Runs of the shape, admitted one after the other; with
+        `swap_runs`, states are taken up to permutations of the Runs (the explorer's "runs" reduction)."""
         x = self.x
-        n = shape[0]
-        alphabet = x.default_alphabet(n)
-        plan = x.build_plan(x.RUN_ID, x.PLAN_ID, x.shape_needs(shape), x.INITIAL_CLOCK)
-        admit = {"op": "command", "name": "admit_workflow", "args": {"plan": plan}}
-        renamings = [{f"{x.RUN_ID}:{x.step_key(i)}": f"{x.RUN_ID}:{x.step_key(p[i])}" for i in range(n)}
-                     for p in x.automorphisms(shape)]
+        ids = x.workflow_ids(workflows)
+        # as the explorer's search chooses it: a named alphabet, or the one for every Run's steps together
+        alphabet = (x.default_alphabet if alphabet_name is None else x.ALPHABETS[alphabet_name])(shape[0] * workflows)
+        admits = [{"op": "command", "name": "admit_workflow",
+                   "args": {"plan": x.build_plan(run_id, plan_id, x.shape_needs(shape), x.INITIAL_CLOCK)}}
+                  for run_id, plan_id in ids]
+        symmetry = x.Symmetry(shape, tuple(run_id for run_id, _ in ids), swap_runs)
         start = self.State(clock=x.INITIAL_CLOCK)
         nodes: dict[str, list[Any]] = {ROOT: [0, None, None, snapshot_digest(start), None, "before admission"]}
         edges: dict[str, list[list[Any]]] = {}
@@ -128,11 +135,11 @@ class Explorer:
         while head < len(queue):
             state, key, depth = queue[head]
             head += 1
-            if key == ROOT:
-                names = renamings[0]
-                choices = [admit]
+            if len(state.runs) < workflows:  # the admissions come first, in order
+                names = {} if key == ROOT else self.frame(state, symmetry)[1]
+                choices = [admits[len(state.runs)]]
             else:
-                names = self.frame(state, renamings)[1]
+                names = self.frame(state, symmetry)[1]
                 choices = [a.step for a in x.actions(state, alphabet)]
             out_edges = []
             for step in choices:
@@ -142,7 +149,7 @@ class Explorer:
                     out_edges.append([self.label(state, step, names), step, crash(e), [], key, None,
                                       nodes[key][3]])
                     continue
-                new_key = key if new is state else self.frame(new, renamings)[0] if new.runs else ROOT
+                new_key = key if new is state else self.frame(new, symmetry)[0] if new.runs else ROOT
                 rules = sorted(outcome.rules) if outcome is not None else []
                 out_edges.append([self.label(state, step, names), step, outcome_summary(outcome), rules, new_key,
                                   outcome_digest(outcome), snapshot_digest(new)])
@@ -167,7 +174,11 @@ def explore(req: Record) -> Record:
         wanted = set(req["shapes"])
         shapes = [s for s in shapes if x.shape_name(s) in wanted]
     explorer = Explorer(x, system, state_mod)
-    return {x.shape_name(s): explorer.shape(s) for s in shapes}
+    out = {x.shape_name(s): explorer.shape(s) for s in shapes}
+    for name in req.get("workflow_scopes") or ():
+        scope = x.parse_scope(name)
+        out[scope.name] = explorer.shape(scope.shape, scope.workflows, req.get("swap_runs", True), scope.alphabet)
+    return out
 
 
 def tables() -> Record:

@@ -45,6 +45,9 @@ class DumpError(RuntimeError):
     """A model could not be evaluated (its tree fails to import, or a dump crashed)."""
 
 
+DIFF_WORKFLOW_SCOPES = ("2x1:-",)  # two Runs of one step: where Runs meet at the page and under time steps
+
+
 @dataclass
 class Options:
     max_steps: int = 2
@@ -53,6 +56,10 @@ class Options:
     proofs_only: list[str] | None = None  # fnmatch patterns of property names (the runner's `only`)
     oracle: bool = True
     witness_dir: Path = Path("reports/diff")
+    # multi-workflow scopes ("2x1:-") explored besides the shapes, up to permutations of the Runs unless
+    # swap_runs is off (the explorer's "runs" reduction: docs/explorer-reduction.md)
+    workflow_scopes: tuple[str, ...] = DIFF_WORKFLOW_SCOPES
+    swap_runs: bool = True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -386,6 +393,7 @@ class DiffReport:
         return {
             "base": self.base.label, "head": self.head.label, "identical": self.identical,
             "scope": {"maxSteps": self.options.max_steps, "shapes": self.options.shapes,
+                      "workflowScopes": list(self.options.workflow_scopes), "swapRuns": self.options.swap_runs,
                       "proofBound": self.options.proofs_bound, "proofsOnly": self.options.proofs_only},
             "tables": [c.to_json() for c in self.tables],
             "behaviour": {"statesBase": b.states_base, "statesHead": b.states_head,
@@ -404,13 +412,18 @@ class DiffReport:
 
 def check_shapes(opts: Options) -> None:
     """Shape names are the explorer's (the running installation's, which both dumpers use)."""
-    from qlwf.conformance.checkers.explore import dag_shapes, shape_name
+    from qlwf.conformance.checkers.explore import dag_shapes, parse_scope, shape_name
 
     known = {shape_name(s) for n in range(1, opts.max_steps + 1) for s in dag_shapes(n)}
     unknown = sorted(set(opts.shapes or ()) - known)
     if unknown:
         raise DiffInputError(f"no DAG shape of 1..{opts.max_steps} steps is named {', '.join(unknown)} "
                              f"(known: {', '.join(sorted(known))})")
+    for name in opts.workflow_scopes:
+        try:
+            parse_scope(name)
+        except ValueError as e:
+            raise DiffInputError(str(e)) from None
 
 
 def _results(results: list[Record]) -> dict[str, int]:
@@ -421,7 +434,9 @@ def _results(results: list[Record]) -> dict[str, int]:
 
 
 def _request(opts: Options, inputs: list[Record] | None, traces: list[Record] | None) -> Record:
-    req: Record = {"tables": True, "explore": {"max_steps": opts.max_steps, "shapes": opts.shapes}}
+    req: Record = {"tables": True, "explore": {"max_steps": opts.max_steps, "shapes": opts.shapes,
+                                               "workflow_scopes": list(opts.workflow_scopes),
+                                               "swap_runs": opts.swap_runs}}
     if inputs is not None:
         req["oracle"] = inputs
     if traces is not None:

@@ -23,6 +23,9 @@ def summary_lines(r: DiffReport) -> list[str]:
     b = r.behaviour
     o = r.options
     scope = f"K = {o.max_steps}" + (f", shapes {', '.join(o.shapes)}" if o.shapes else "")
+    if o.workflow_scopes:
+        scope += (f", several Runs {', '.join(o.workflow_scopes)} "
+                  f"({'up to permutations of the Runs' if o.swap_runs else 'Runs kept apart'})")
     verdict = "**No behaviour change**" if r.identical else "**Behaviour differs**"
     only_b = sum(len(v) for v in b.only_base.values())
     only_h = sum(len(v) for v in b.only_head.values())

@@ -162,17 +162,33 @@ def test_the_nightly_explores_every_small_shape_with_the_full_alphabet_and_keeps
 
     job = workflow()["jobs"]["campaign"]
     calls = [build_parser().parse_args(argv) for name, argv in qlwfw_calls()
-             if name == "campaign" and argv[0] == "explore"]
+             if name == "campaign" and argv[0] == "explore" and "--workflows" not in argv]
     assert all(args.full for args in calls)
     assert any(args.max_steps is not None and args.max_steps >= 2 for args in calls)
     named = {shape for args in calls for shape in args.shape}
     assert named == set(dag_shapes(3)) - {(3, ())}
-    (step,) = [s for s in job["steps"] if "./qlwfw explore" in s.get("run", "")]
-    assert step["if"] == "success() || failure()"  # a campaign's finding does not skip it
-    traces = step["env"]["QLWF_TRACE_DIR"]
+    steps = [s for s in job["steps"] if "./qlwfw explore" in s.get("run", "")]
+    # a campaign's finding does not skip them
+    assert steps and all(step["if"] == "success() || failure()" for step in steps)
+    (traces,) = {step["env"]["QLWF_TRACE_DIR"] for step in steps}
     campaign = build_parser().parse_args(
         next(argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "campaign"))
     assert not traces.startswith(campaign.out)  # the campaign refuses files of others in its --out (Q-125)
     assert any(f"{traces}/*.json" in s.get("run", "") and "./qlwfw show" in s.get("run", "") for s in job["steps"])
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert traces in {path.rstrip("/") for path in upload["with"]["path"].split()}
+
+
+def test_the_nightly_explores_every_multi_workflow_scope_of_the_manifest() -> None:
+    """Every scope pinned under the manifest's "workflows" with its default alphabet (a scope that names a
+    smaller one is covered by that), with the default (reduced) search, and two one-step Runs with the
+    full alphabet."""
+    from qlwf.conformance.checkers.explore import REDUCED, parse_scope, scope_name
+
+    calls = [build_parser().parse_args(argv) for name, argv in qlwfw_calls()
+             if name == "campaign" and argv[0] == "explore" and "--workflows" in argv]
+    manifest = json.loads((REPO / "conformance" / "checkers" / "explore_manifest.json").read_text(encoding="utf-8"))
+    explored = {scope_name(shape, args.workflows) for args in calls if not args.full for shape in args.shape}
+    assert explored == {parse_scope(name).name.partition("@")[0] for name in manifest["workflows"]}
+    assert all(args.reduction == REDUCED for args in calls)
+    assert any(args.full and args.workflows == 2 for args in calls)

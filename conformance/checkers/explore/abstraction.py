@@ -11,7 +11,9 @@ The *detailed* identity of a state is
   timeout requests were written for it, its deadline (none; pending or passed while the attempt is
   active; just "set" once it ended), and its lease as (status, leaseGeneration, releaseReason, live
   or expired while `leased`);
-taken up to the automorphisms of the shape (symmetric steps are interchangeable). The *explored*
+taken up to the automorphisms of the shape (symmetric steps are interchangeable) and, in a scope of
+several Runs of one shape under the `runs` reduction, up to permutations of the Runs (`Symmetry`:
+docs/explorer-reduction.md says why identical Runs are interchangeable in this model). The *explored*
 identity is the detailed one with every terminal StepRun reduced to its status: nothing a terminal
 StepRun or its ended attempts carry can change or influence a later command (the frontier and AGG
 read statuses only, ended attempts and their leases are final), so states that differ only there
@@ -130,3 +132,53 @@ def abstract_state(state: State) -> Key:
     """The explored state's identity before symmetry reduction (see the module docstring)."""
     return collapse(detailed_state(state))
 
+
+
+def _split(step_run_id: str) -> tuple[str, str]:
+    run_id, _, key = step_run_id.partition(":")
+    return run_id, key
+
+
+class Symmetry:
+    """The group a search reduces states by: one automorphism of the shape per Run (`run_renamings`)
+    and, with `swap_runs`, every permutation of the Runs, which are instances of one shape.
+
+    `renaming(key)` maps a key's labelling onto the canonical one: StepRun ids, and with `swap_runs`
+    Run ids too. Each Run is first canonicalized on its own (the least image under its automorphisms,
+    as `canonical_renaming`); the Runs then take the ids `run_ids` in the order of those per-Run
+    images with their ids stripped, so Runs in the same situation are one state whichever id holds it.
+    That image order is a function of the orbit, which is what makes `canonical` a canonical form."""
+
+    def __init__(self, shape: Shape, run_ids: tuple[str, ...], swap_runs: bool) -> None:
+        self.renamings = run_renamings(shape, run_ids)
+        self.run_ids = run_ids
+        self.swap_runs = swap_runs and len(run_ids) > 1
+        self.trivial = len(self.renamings) <= 1 and not self.swap_runs
+
+    def renaming(self, key: Key) -> dict[str, str]:
+        names = canonical_renaming(key, self.renamings)
+        if not self.swap_runs:
+            return names
+        runs, steps = key
+        images: dict[str, list[Any]] = {r[0]: [repr(r[1:])] for r in runs}
+        for s in sorted(steps, key=lambda s: names[s[0]]):
+            run_id, step = _split(names[s[0]])
+            images[run_id].append((step, repr(s[1:])))
+        order = sorted(images, key=lambda r: (images[r], r))  # ties: equal images, either order is one key
+        runs_to = dict(zip(order, self.run_ids, strict=False))  # while Runs are being admitted, fewer
+        renamed = {}
+        for old, new in names.items():
+            run_id, step = _split(new)
+            if run_id in runs_to:  # (the renamings also name the StepRuns of Runs not yet admitted)
+                renamed[old] = f"{runs_to[run_id]}:{step}"
+        return {**renamed, **runs_to}
+
+    def rename(self, key: Key, names: dict[str, str]) -> Key:
+        if not self.swap_runs:
+            return _rename(key, names)
+        runs, steps = key
+        return (tuple(sorted(((names[r[0]], *r[1:]) for r in runs), key=lambda r: r[0])),
+                tuple(sorted(((names[s[0]], *s[1:]) for s in steps), key=lambda s: s[0])))
+
+    def canonical(self, key: Key) -> Key:
+        return key if self.trivial else self.rename(key, self.renaming(key))

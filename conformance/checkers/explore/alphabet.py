@@ -28,7 +28,7 @@ attempt and one generation per step, no deadlines, no renew).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
 from .abstraction import _attempts_by_step
+from .shapes import SCOPE_ALPHABETS
 
 TraceStep = dict[str, Any]
 
@@ -70,6 +71,29 @@ COUPLING = Alphabet(max_attempts=1, max_generations=1, deadlines=False, renew=Fa
 def default_alphabet(n_steps: int) -> Alphabet:
     """Richness shrinks as shapes grow so that the product of independent steps stays explorable."""
     return FULL if n_steps == 1 else PAIR if n_steps == 2 else COUPLING
+
+
+def full_alphabet(_n_steps: int) -> Alphabet:
+    return FULL
+
+
+def pair_alphabet(_n_steps: int) -> Alphabet:
+    return PAIR
+
+
+def coupling_alphabet(_n_steps: int) -> Alphabet:
+    return COUPLING
+
+
+# The alphabets a scope may name ("2x1:-@coupling"), whatever its size; module-level functions, so that a
+# Config holding one crosses to the explorer's worker processes.
+ALPHABETS: dict[str, Callable[[int], Alphabet]] = dict(zip(
+    SCOPE_ALPHABETS, (full_alphabet, pair_alphabet, coupling_alphabet), strict=True))
+
+
+def alphabet_name(alphabet: Callable[[int], Alphabet]) -> str | None:
+    """The name a scope gives `alphabet`, or None for the default one (and any other)."""
+    return next((name for name, a in ALPHABETS.items() if a is alphabet), None)
 
 
 def _timers(state: State) -> tuple[list[int], list[int]]:
@@ -219,7 +243,7 @@ def independent(run_a: str | None, run_b: str | None) -> bool:
 
 def action_label(state: State, action: Action, names: dict[str, str],
                  ordinals: dict[str, tuple[str, int]]) -> tuple[Any, ...]:
-    """An action as the explored identity sees it: StepRuns by their canonical name (`names`), attempts
+    """An action as the explored identity sees it: Runs and StepRuns by their canonical name (`names`), attempts
     by (canonical StepRun, ordinal), workers as the lease holder or the other one. Equal labels in two
     states with one explored identity are the same choice, which lets sleep sets be stored per identity."""
     step = action.step
@@ -233,7 +257,9 @@ def action_label(state: State, action: Action, names: dict[str, str],
         if k == "binding":
             continue  # a function of the plan and the StepRun
         if k == "plan":
-            v = v["runId"]
+            v = names.get(v["runId"], v["runId"])
+        elif k == "runId":
+            v = names.get(v, v)  # Runs are renamed too when the search swaps them ("runs")
         elif k == "stepRunId":
             v = names.get(v, v)
         elif k == "attemptId":

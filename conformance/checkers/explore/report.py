@@ -109,10 +109,12 @@ def shape_size(name: str) -> int:
 
 
 def manifest_counts(report: ExploreReport) -> dict[str, Any]:
-    """Per-shape counts, the totals for every K up to report.max_steps, and the totals of the selected
-    families of larger K the report explored (conformance/checkers/explore_manifest.json)."""
-    return counts_of_shapes({r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes},
-                            report.max_steps)
+    """Per-shape counts, the totals for every K up to report.max_steps, the totals of the selected
+    families of larger K the report explored, and the multi-workflow scopes' counts ("workflows")
+    (conformance/checkers/explore_manifest.json)."""
+    counts = {r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes}
+    return counts_of_shapes({name: c for name, c in counts.items() if "x" not in name}, report.max_steps,
+                            {name: c for name, c in counts.items() if "x" in name})
 
 
 def _total(rows: list[dict[str, int]]) -> dict[str, int]:
@@ -121,9 +123,11 @@ def _total(rows: list[dict[str, int]]) -> dict[str, int]:
     return total
 
 
-def counts_of_shapes(shapes: dict[str, dict[str, int]], max_steps: int) -> dict[str, Any]:
+def counts_of_shapes(shapes: dict[str, dict[str, int]], max_steps: int,
+                     workflows: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """The manifest's totals for K = 1..max_steps over per-shape counts (every shape of K steps or fewer),
-    and, for each selected K beyond max_steps whose family is all among the shapes, that family's totals."""
+    for each selected K beyond max_steps whose family is all among the shapes that family's totals,
+    and the multi-workflow scopes' counts as given."""
     totals = {str(k): _total([c for name, c in shapes.items() if shape_size(name) <= k])
               for k in range(1, max_steps + 1)}
     selected = {}
@@ -131,4 +135,5 @@ def counts_of_shapes(shapes: dict[str, dict[str, int]], max_steps: int) -> dict[
         names = [shape_name(s) for s in members(k)]
         if k > max_steps and all(n in shapes for n in names):
             selected[str(k)] = {"family": family, **_total([shapes[n] for n in names])}
-    return {"totals": totals, **({"selected": selected} if selected else {}), "shapes": shapes}
+    return {"totals": totals, **({"selected": selected} if selected else {}), "shapes": shapes,
+            **({"workflows": workflows} if workflows else {})}

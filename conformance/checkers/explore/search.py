@@ -12,7 +12,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qlwf.conformance.processes.fork_pool import ForkPool
@@ -21,17 +21,9 @@ from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
 
 from ..liveness import drain, lease_horizon
-from .abstraction import (
-    Key,
-    _rename,
-    abstract_state,
-    canonical_key,
-    canonical_renaming,
-    collapse,
-    detailed_state,
-    run_renamings,
-)
+from .abstraction import Key, Symmetry, abstract_state, collapse, detailed_state
 from .alphabet import (
+    ALPHABETS,
     LEASE_MS,
     TIMEOUT_MS,
     Action,
@@ -40,15 +32,29 @@ from .alphabet import (
     action_label,
     action_run,
     actions,
+    alphabet_name,
     attempt_ordinals,
     default_alphabet,
     independent,
     take,
 )
 from .report import ExploreReport, Finding, ShapeReport
-from .shapes import INITIAL_CLOCK, Shape, build_plan, dag_shapes, shape_name, shape_needs, workflow_ids
+from .shapes import (
+    INITIAL_CLOCK,
+    Shape,
+    build_plan,
+    dag_shapes,
+    parse_scope,
+    scope_name,
+    shape_needs,
+    workflow_ids,
+)
 
-REDUCTIONS = ("none", "sleep")
+# "sleep": sleep sets (skip choices that commute with one taken); "runs": states up to permutations of the
+# identical Runs of a multi-workflow scope; "sleep+runs" both. The default is "runs" (REDUCED): sleep sets
+# are sound here but cost more CPU than the transitions they skip save (docs/explorer-reduction.md).
+REDUCTIONS = ("none", "sleep", "runs", "sleep+runs")
+REDUCED = "runs"
 Label = tuple[Any, ...]  # an action as alphabet.action_label names it
 NO_WRITE = frozenset({"existing", "idempotent", "leased", "not_eligible", "already_released", "already_starting",
                       "already_running", "already_terminal", "settled", "unchanged", "retry", "manual"})
@@ -72,12 +78,16 @@ class Config:
     cross_check: bool = False
     # LIVE-1 verdicts by the explored identity of the drain's starting point (see LivenessMemo).
     reuse_liveness: bool = True
-    # Partial-order reduction: "sleep" skips choices that commute with one already taken
-    # (docs/explorer-reduction.md); "none" takes every choice in every state.
-    reduction: str = "none"
+    # REDUCTIONS: "sleep" skips choices that commute with one already taken, "runs" explores states up
+    # to permutations of the Runs (docs/explorer-reduction.md); "none" takes every choice in every state
+    # and keeps Runs apart. With one Run every reduction is the same search as "none", so the default
+    # changes nothing there; "none" is the reference the reductions are tested against.
+    reduction: str = REDUCED
     # Runs of the shape admitted side by side (run-x, run-y, ...): more than one is where the
-    # reduction has independent choices to skip (within one Run every choice is dependent).
+    # reductions have work to skip (within one Run every choice is dependent, and nothing to swap).
     workflows: int = 1
+    # Multi-workflow scopes ("2x1:-", shapes.WORKFLOW_SCOPES) explored after the shapes, in the same pool.
+    workflow_scopes: tuple[str, ...] = ()
 
 
 def _path(parents: dict[Key, tuple[Key | None, TraceStep]], key: Key) -> list[TraceStep]:
@@ -191,8 +201,8 @@ class _Sleep:
 def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker: Checker | None) -> ShapeReport:
     if cfg.reduction not in REDUCTIONS:
         raise ValueError(f"reduction {cfg.reduction!r}: expected one of {', '.join(REDUCTIONS)}")
-    report = ShapeReport(shape_name(shape))
-    alphabet = cfg.alphabet(shape[0])
+    report = ShapeReport(_report_name(shape, cfg))
+    alphabet = cfg.alphabet(shape[0] * cfg.workflows)  # richness by the steps of every Run together
     ids = workflow_ids(cfg.workflows)
     # Every Run of the scope is admitted before the search: the root is the state after the last
     # admission, and its trace starts with all of them (the earlier ones under synthetic keys).
@@ -213,8 +223,9 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
         if observer is not None:
             report.observed.update(observer(state0, admit, out))
         state0 = out.state
-    renamings = run_renamings(shape, tuple(run_id for run_id, _ in ids))
-    sleep = _Sleep() if cfg.reduction == "sleep" else None
+    parts = set(cfg.reduction.split("+"))
+    symmetry = Symmetry(shape, tuple(run_id for run_id, _ in ids), swap_runs="runs" in parts)
+    sleep = _Sleep() if "sleep" in parts and cfg.workflows > 1 else None  # one Run: nothing is independent
 
     canonical: dict[Key, tuple[Key, Key, dict[str, str]]] = {}  # detailed key -> canonical keys, renaming
 
@@ -225,16 +236,16 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
         keys = canonical.get(detailed)
         if keys is None:
             explored = collapse(detailed)
-            names = canonical_renaming(explored, renamings)  # the explored identity's labelling
-            keys = canonical[detailed] = (explored if len(renamings) <= 1 else _rename(explored, names),
-                                          canonical_key(detailed, renamings), names)
+            names = symmetry.renaming(explored)  # the explored identity's labelling
+            keys = canonical[detailed] = (explored if symmetry.trivial else symmetry.rename(explored, names),
+                                          symmetry.canonical(detailed), names)
         return keys
 
     def labels(s: State, names: dict[str, str], acts: Iterable[Action]) -> list[Label]:
         ordinals = attempt_ordinals(s)
         return [action_label(s, a, names, ordinals) for a in acts]
 
-    liveness = LivenessMemo(lambda s: canonical_key(abstract_state(s), renamings))
+    liveness = LivenessMemo(lambda s: symmetry.canonical(abstract_state(s)))
     root, root_detail, root_names = identities(state0)
     parents[root] = (previous, admit)
     checked: set[Key] = {root_detail}
@@ -336,33 +347,57 @@ def _explore_one(job: tuple[int, Shape, Config, Observer | None, Checker | None]
 
 
 def _pinned_transitions() -> dict[str, int]:
-    """Per shape, the transitions the manifest pins (only to hand out the largest shapes first)."""
+    """Per shape or scope, the transitions the manifest pins (only to hand out the largest ones first)."""
     from importlib import resources
     try:
         manifest = resources.files("qlwf.conformance.checkers").joinpath("explore_manifest.json")
-        text = manifest.read_text(encoding="utf-8")
-        return {name: int(c["transitions"]) for name, c in json.loads(text)["shapes"].items()}
+        pinned = json.loads(manifest.read_text(encoding="utf-8"))
+        return {name: int(c["transitions"]) for part in ("shapes", "workflows")
+                for name, c in pinned.get(part, {}).items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
 
-def dispatch_order(shapes: list[Shape]) -> list[int]:
-    """Indexes of `shapes`, largest expected work first, so that two workers finish together: the
-    manifest's transitions where it pins the shape, else more steps and fewer edges first."""
+def dispatch_order(work: list[tuple[Shape, Config]]) -> list[int]:
+    """Indexes of `work`, largest expected work first, so that two workers finish together: the
+    manifest's transitions where it pins the scope, else more steps and fewer edges first."""
     pinned = _pinned_transitions()
-    return sorted(range(len(shapes)), key=lambda i: (-pinned.get(shape_name(shapes[i]), 1 << 40),
-                                                     -shapes[i][0], len(shapes[i][1]), i))
+
+    def size(i: int) -> tuple[int, ...]:
+        shape, cfg = work[i]
+        return (-pinned.get(_report_name(shape, cfg), 1 << 40), -shape[0] * cfg.workflows, len(shape[1]), i)
+
+    return sorted(range(len(work)), key=size)
+
+
+def scope_work(cfg: Config) -> list[tuple[Shape, Config]]:
+    """What `explore(cfg)` explores, in report order: every shape of 1..cfg.max_steps (or cfg.shapes)
+    with cfg.workflows Runs, then each of cfg.workflow_scopes."""
+    shapes = list(cfg.shapes) if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1)
+                                                               for s in dag_shapes(n)]
+    work = [(s, cfg) for s in shapes]
+    for name in cfg.workflow_scopes:
+        scope = parse_scope(name)
+        alphabet = default_alphabet if scope.alphabet is None else ALPHABETS[scope.alphabet]
+        work.append((scope.shape, replace(cfg, workflows=scope.workflows, alphabet=alphabet, shapes=None,
+                                          workflow_scopes=())))
+    return work
+
+
+def _report_name(shape: Shape, cfg: Config) -> str:
+    """The scope's name: the shape's for one Run; for several, with the alphabet when one is named."""
+    return scope_name(shape, cfg.workflows, alphabet_name(cfg.alphabet) if cfg.workflows > 1 else None)
 
 
 def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
             observer: Observer | None = None, jobs: int = 1, checker: Checker | None = None) -> ExploreReport:
-    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), in `jobs` forked processes.
+    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), then cfg.workflow_scopes, in
+    `jobs` forked processes.
 
     The report lists the shapes in their order whatever the number of jobs; under stop_on_violation
     it ends with the first shape (in that order) that has a finding, as a single process would."""
     start = time.perf_counter()
-    todo = list(cfg.shapes) if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1)
-                                                            for s in dag_shapes(n)]
+    todo = scope_work(cfg)
     done: dict[int, ShapeReport] = {}
 
     def first_failing() -> int | None:
@@ -373,7 +408,7 @@ def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
         return stop is not None and all(i in done for i in range(stop))
 
     if jobs > 1 and len(todo) > 1:
-        work = [(i, todo[i], cfg, observer, checker) for i in dispatch_order(todo)]
+        work = [(i, todo[i][0], todo[i][1], observer, checker) for i in dispatch_order(todo)]
         with ForkPool(_explore_one, min(jobs, len(work))) as pool:  # leaving it kills what still runs
             for _, (i, r) in pool.unordered(work):
                 done[i] = r
@@ -382,8 +417,8 @@ def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
                 if settled():
                     break
     else:
-        for i, shape in enumerate(todo):
-            done[i] = _explore_one((i, shape, cfg, observer, checker))[1]
+        for i, (shape, shape_cfg) in enumerate(todo):
+            done[i] = _explore_one((i, shape, shape_cfg, observer, checker))[1]
             if progress is not None:
                 progress(done[i])
             if settled():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from qlwf.model import tables as T
 from qlwf.model.records import Record, sign_plan, task_definition_ref
@@ -154,8 +155,6 @@ def parse_shape(text: str) -> Shape:
     return n, form
 
 
-
-
 # Beyond every shape of K <= the manifest's largest K, chosen families of larger K (issue 15): their
 # shapes' counts are pinned with the others and their totals under "selected".
 SELECTED: dict[int, tuple[str, Callable[[int], list[Shape]]]] = {5: ("chains and diamonds", chains_and_diamonds)}
@@ -166,3 +165,47 @@ def scope_shapes(max_steps: int, selected: Iterable[int] = ()) -> tuple[Shape, .
     return (*(s for n in range(1, max_steps + 1) for s in dag_shapes(n)),
             *(s for k in selected for s in SELECTED[k][1](k)))
 
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-workflow scopes: W Runs of one shape admitted side by side (Config.workflows), named
+# "WxSHAPE[@ALPHABET]" ("2x1:-", "2x1:-@coupling"). They are where Runs meet: the convergence page lists
+# them all, a time step moves every lease. Without "@", the alphabet is the one for W x (the shape's
+# steps) steps (alphabet.default_alphabet). The manifest pins their counts under "workflows"; which of
+# them the gate explores is its choice (qlwf/gate/checks.py), the nightly job explores them all
+# (docs/explorer-reduction.md "Scopes").
+SCOPE_ALPHABETS: tuple[str, ...] = ("full", "pair", "coupling")  # alphabet.ALPHABETS by name
+WORKFLOW_SCOPES: tuple[str, ...] = ("2x1:-@coupling", "2x1:-", "3x1:-", "2x2:-", "2x2:a>b")
+
+
+def scope_name(shape: Shape, workflows: int, alphabet: str | None = None) -> str:
+    """`shape_name` for one Run, "WxSHAPE" for W Runs of the shape, "@ALPHABET" when one is named."""
+    name = shape_name(shape) if workflows == 1 else f"{workflows}x{shape_name(shape)}"
+    return name if alphabet is None else f"{name}@{alphabet}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """W Runs of a shape, with a named alphabet or (None) the default one for their steps together."""
+
+    shape: Shape
+    workflows: int = 1
+    alphabet: str | None = None
+
+    @property
+    def name(self) -> str:
+        return scope_name(self.shape, self.workflows, self.alphabet)
+
+
+def parse_scope(text: str) -> Scope:
+    """The scope a name describes ("2x1:-", "3x1:-@coupling"; a plain shape name is one Run); ValueError
+    says why a name describes none."""
+    rest, at, alphabet = text.strip().partition("@")
+    if at and alphabet not in SCOPE_ALPHABETS:
+        raise ValueError(f"unknown alphabet {alphabet!r} in {text!r}: expected one of {', '.join(SCOPE_ALPHABETS)}")
+    count, sep, shape = rest.partition("x")
+    if not sep or ":" in count:
+        return Scope(parse_shape(rest), 1, alphabet or None)
+    if not count.isdigit() or not 1 <= int(count) <= MAX_WORKFLOWS:
+        raise ValueError(f"expected WxSHAPE with 1 <= W <= {MAX_WORKFLOWS}, e.g. '2x1:-', got {text!r}")
+    return Scope(parse_shape(shape), int(count), alphabet or None)

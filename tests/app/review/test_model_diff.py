@@ -108,6 +108,12 @@ def lease_checked_before_attempt_status(repo: Path) -> None:
 
 
 # ---- helpers -----------------------------------------------------------------------------------------
+def page_converges_one_run(repo: Path) -> None:
+    """The convergence page settles only its first candidate: nothing changes while there is one Run."""
+    _replace_once(repo / "model" / "cmd_cancel.py", "    for row in rows[:limit]:\n",
+                  "    for row in rows[:min(limit, 1)]:\n")
+
+
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "qlwf.cli", "diff", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=600)
@@ -198,6 +204,28 @@ def test_pure_refactor_is_an_empty_diff(repo: Path, tmp_path: Path) -> None:
     assert out["oracle"]["changed"] == [] and out["oracle"]["inputs"] > 0
     assert out["corpus"]["changed"] == [] and out["corpus"]["traces"] > 0
     assert not (tmp_path / "w").exists()  # no witness without a difference
+
+
+def test_a_change_only_several_runs_show_is_found_in_the_two_run_scope(repo: Path, tmp_path: Path) -> None:
+    page_converges_one_run(repo)
+    common = ("--base", "HEAD", "--max-steps", "1", "--no-proofs", "--no-oracle", "--json",
+              "--witness-dir", str(tmp_path / "w"))
+    one_run = run_cli(repo, *common, "--workflows", "none")
+    assert one_run.returncode == 0, one_run.stdout + one_run.stderr  # invisible with one Run
+    assert json.loads(one_run.stdout)["scope"]["workflowScopes"] == []
+    done = run_cli(repo, *common)  # the default scope adds two Runs, taken up to their permutations
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert out["scope"]["workflowScopes"] == ["2x1:-"] and out["scope"]["swapRuns"] is True
+    groups = out["behaviour"]["groups"]
+    assert groups and {g["command"] for g in groups} == {"converge_cancellation_page"}
+    assert {shape for g in groups for shape in g["shapes"]} == {"2x1:-"}
+    assert out["behaviour"]["statesHead"] > json.loads(one_run.stdout)["behaviour"]["statesHead"]
+    # the witness replays through the changed model: two admissions, two cancels, one page
+    trace = load(Path(groups[0]["witness"]["file"]))
+    assert [s["args"]["plan"]["runId"] for s in trace.steps if s.get("name") == "admit_workflow"] == ["run-x", "run-y"]
+    changed_model = replay_with_model_of(repo, Path(groups[0]["witness"]["file"]))
+    assert changed_model.returncode == 0, changed_model.stdout + changed_model.stderr
 
 
 def test_check_order_change_that_only_alters_the_error_is_found(repo: Path, tmp_path: Path) -> None:

@@ -128,6 +128,45 @@ def test_every_image_of_a_state_under_the_shape_symmetries_has_one_canonical_key
     assert seen > 10
 
 
+def run_permutations(run_ids: tuple[str, ...], shape: E.Shape) -> list[dict[str, str]]:
+    """Every renaming that permutes the Runs of a scope (each Run's StepRuns follow its Run)."""
+    return [{**dict(zip(run_ids, perm, strict=True)),
+             **{f"{r}:{E.step_key(i)}": f"{p}:{E.step_key(i)}" for r, p in zip(run_ids, perm, strict=True)
+                for i in range(shape[0])}}
+            for perm in itertools.permutations(run_ids)]
+
+
+@pytest.mark.parametrize(("shape", "workflows"), [((1, ()), 2), ((1, ()), 3), ((2, ()), 2), ((2, ((0, 1),)), 2)],
+                         ids=["2x1:-", "3x1:-", "2x2:-", "2x2:a>b"])
+def test_every_image_of_a_state_under_run_permutations_has_one_canonical_key(shape: E.Shape, workflows: int) -> None:
+    """Under the `runs` reduction, a state and every renaming of it (Runs permuted, each Run's steps under any
+    automorphism of the shape) have one canonical key, which is one of the images; without it, Runs stay apart."""
+    run_ids = tuple(r for r, _ in E.workflow_ids(workflows))
+    swapping, apart = E.Symmetry(shape, run_ids, swap_runs=True), E.Symmetry(shape, run_ids, swap_runs=False)
+    group = [{**perm, **{old: perm[new] for old, new in steps.items()}}
+             for perm in run_permutations(run_ids, shape) for steps in E.run_renamings(shape, run_ids)]
+    state = State(clock=E.INITIAL_CLOCK)
+    for run_id, plan_id in E.workflow_ids(workflows):
+        plan = E.build_plan(run_id, plan_id, E.shape_needs(shape), E.INITIAL_CLOCK)
+        state = apply(state, {"name": "admit_workflow", "args": {"plan": plan}}).state
+    alphabet = E.default_alphabet(shape[0] * workflows)
+    level, seen, asymmetric = [state], 0, 0
+    for _ in range(3):  # every state within three actions of admission
+        nxt = []
+        for s in level:
+            key = E.abstract_state(s)
+            images = [swapping.rename(key, names) for names in group]
+            canonical = swapping.canonical(key)
+            assert canonical in images
+            assert all(swapping.canonical(image) == canonical for image in images)
+            asymmetric += len({apart.canonical(image) for image in images}) > 1
+            seen += 1
+            nxt += [E.take(s, a)[0] for a in E.actions(s, alphabet)]
+        level = nxt
+    assert seen > 10 and asymmetric > 0  # some states do tell the Runs apart: the reduction has work
+
+
+
 def test_manifest_pins_the_counts_for_k_1_to_3() -> None:
     report, _ = explored(3)
     assert not report.findings, "\n".join(f"{f.shape} {f.kind}: {f.message}" for f in report.findings[:5])
@@ -226,14 +265,19 @@ def test_jobs_do_not_change_the_report() -> None:
 
 
 def test_dispatch_order_hands_out_the_largest_shapes_first() -> None:
-    shapes = [s for n in (1, 2, 3) for s in E.dag_shapes(n)]
+    cfg = E.Config(max_steps=3)
+    work = [(s, cfg) for n in (1, 2, 3) for s in E.dag_shapes(n)]
     pinned = {name: c for name, c in load_manifest()["shapes"].items() if E.shape_size(name) <= 3}
-    order = [E.shape_name(shapes[i]) for i in E.dispatch_order(shapes)]
+    order = [E.shape_name(work[i][0]) for i in E.dispatch_order(work)]
     assert order[0] == "2:-" and sorted(order) == sorted(pinned)
     assert [pinned[n]["transitions"] for n in order] == sorted((c["transitions"] for c in pinned.values()),
                                                                reverse=True)
-    unpinned = (5, ((0, 1),))  # a shape the manifest does not pin goes first (its work is unknown)
-    assert E.dispatch_order([*shapes, unpinned])[0] == len(shapes)
+    unpinned = ((5, ((0, 1),)), cfg)  # a shape the manifest does not pin goes first (its work is unknown)
+    assert E.dispatch_order([*work, unpinned])[0] == len(work)
+    # a multi-workflow scope by its own pinned work, not by its shape's
+    scopes = E.scope_work(E.Config(max_steps=1, workflow_scopes=("2x2:-", "2x1:-")))
+    assert [E.scope_name(s, c.workflows) for s, c in scopes] == ["1:-", "2x2:-", "2x1:-"]
+    assert E.dispatch_order(scopes) == [1, 2, 0]
 
 
 def test_depth_limit_bounds_the_search() -> None:

@@ -1,7 +1,7 @@
-"""The explorer's partial-order reduction (Config.reduction = "sleep", docs/explorer-reduction.md) is sound:
-it explores the same identities, finds the same violations, quiescent states and LIVE-1 verdicts as the full
-search, on every manifest shape up to K = 3 (one Run: nothing is independent, the searches are the same), on
-multi-workflow scopes (where it skips choices), and with model mutants planted.
+"""The explorer's reductions (Config.reduction: sleep sets, Run symmetry, both; docs/explorer-reduction.md) are
+sound: they visit the same orbits of Runs, find the same violations, quiescent states and LIVE-1 verdicts as the
+full search, on every manifest shape up to K = 3 (one Run: the searches are the same), on multi-workflow scopes
+(where they skip work), and with every explorer mutant of the mutant manifest planted.
 """
 
 from __future__ import annotations
@@ -40,14 +40,22 @@ def quiescent(state: State) -> bool:
 
 def recorded(cfg: E.Config, monkeypatch: pytest.MonkeyPatch,
              checker: E.Checker | None = None) -> tuple[E.ExploreReport, Seen]:
-    """Explore in this process, recording every explored state's identity, quiescence and LIVE-1 verdict."""
+    """Explore in this process, recording every explored state's identity, quiescence and LIVE-1 verdict.
+
+    Identities are taken up to permutations of the Runs whatever the search reduces by, so that a search
+    that keeps Runs apart and one that swaps them are compared orbit by orbit."""
     seen = Seen()
     check = E.search._check_state
+    orbits = {shape: E.Symmetry(shape, tuple(r for r, _ in E.workflow_ids(cfg.workflows)), swap_runs=True)
+              for shape in cfg.shapes or ()}
 
     def recording(state: State, c: E.Config, report: E.ShapeReport,
                   liveness: E.LivenessMemo) -> list[tuple[str, str, list[E.TraceStep]]]:
         found = check(state, c, report, liveness)
-        key = (report.shape, liveness.identity(state))
+        key = (report.shape, orbits[E.parse_scope(report.shape).shape].canonical(liveness.identity(state)))
+        if key in seen.quiescent:  # the unreduced search visits every member of an orbit: all alike
+            assert seen.quiescent[key] == quiescent(state), f"{key}: members of one orbit differ"
+            assert seen.live1_fails[key] == any(kind == "LIVE-1" for kind, _, _ in found), key
         seen.quiescent[key] = quiescent(state)
         seen.live1_fails[key] = any(kind == "LIVE-1" for kind, _, _ in found)
         return found
@@ -58,13 +66,18 @@ def recorded(cfg: E.Config, monkeypatch: pytest.MonkeyPatch,
     return report, seen
 
 
-def assert_same_verdicts(cfg: E.Config, monkeypatch: pytest.MonkeyPatch) -> tuple[E.ExploreReport, E.ExploreReport]:
-    full, full_seen = recorded(cfg, monkeypatch)
-    reduced, reduced_seen = recorded(replace(cfg, reduction="sleep"), monkeypatch)
-    assert reduced_seen.quiescent == full_seen.quiescent  # the same identities, the same quiescent ones
+def assert_same_verdicts(cfg: E.Config, monkeypatch: pytest.MonkeyPatch,
+                         reduction: str = "sleep") -> tuple[E.ExploreReport, E.ExploreReport]:
+    """The reduced search visits every orbit of Runs the full one does, with the same quiescence and LIVE-1
+    verdicts, the same kinds of finding and the same depth."""
+    full, full_seen = recorded(replace(cfg, reduction="none"), monkeypatch)
+    reduced, reduced_seen = recorded(replace(cfg, reduction=reduction), monkeypatch)
+    assert reduced_seen.quiescent == full_seen.quiescent  # the same orbits, the same quiescent ones
     assert reduced_seen.live1_fails == full_seen.live1_fails
+    swaps = "runs" in reduction and cfg.workflows > 1
     for f, r in zip(full.shapes, reduced.shapes, strict=True):
-        assert (r.shape, r.distinct_states, r.depth) == (f.shape, f.distinct_states, f.depth)
+        assert (r.shape, r.depth) == (f.shape, f.depth)
+        assert r.distinct_states < f.distinct_states if swaps else r.distinct_states == f.distinct_states
         assert sorted({x.kind for x in r.findings}) == sorted({x.kind for x in f.findings})
         assert r.transitions <= f.transitions
     return full, reduced
@@ -79,7 +92,7 @@ def pair(_n: int) -> E.Alphabet:
 
 
 def test_with_one_run_nothing_is_independent_and_the_search_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    full, reduced = assert_same_verdicts(E.Config(max_steps=3, shapes=E.scope_shapes(3)), monkeypatch)
+    full, reduced = assert_same_verdicts(E.Config(max_steps=3, shapes=E.scope_shapes(3)), monkeypatch, E.REDUCED)
     assert E.manifest_counts(reduced)["shapes"] == E.manifest_counts(full)["shapes"]
     assert all(s.slept == 0 and s.reexpanded == 0 for s in reduced.shapes)
 
@@ -90,30 +103,43 @@ def test_with_one_run_nothing_is_independent_and_the_search_is_the_same(monkeypa
     E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=coupling, max_depth=6),
     E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=3, alphabet=coupling, max_depth=6),
 ], ids=["2x1-coupling", "2x1-pair-depth7", "2x2-coupling-depth6", "3x1-coupling-depth6"])
-def test_with_several_runs_the_reduction_skips_choices_and_keeps_every_verdict(
-        cfg: E.Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    full, reduced = assert_same_verdicts(cfg, monkeypatch)
-    assert reduced.transitions < full.transitions and sum(s.slept for s in reduced.shapes) > 0
+@pytest.mark.parametrize("reduction", [r for r in E.REDUCTIONS if r != "none"])
+def test_with_several_runs_the_reduction_skips_work_and_keeps_every_verdict(
+        cfg: E.Config, reduction: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    full, reduced = assert_same_verdicts(cfg, monkeypatch, reduction)
+    assert reduced.transitions < full.transitions
+    assert (reduced.slept > 0) == ("sleep" in reduction)
 
 
-# Explorer mutants the two-Run scope below catches, one per kind of evidence, and one that breaks the isolation
-# of Runs the independence relation rests on (the frontier lists the Runs being cancelled).
-CAUGHT = ("convergence_blocks_released_claim", "completion_ignores_intent", "requeue_keeps_epoch",
-          "start_sets_started_at", "frontier_lists_cancelling_runs")
-EXPLORER_MUTANTS = [m for m in by_check("explorer", "stateful") if m.name in CAUGHT]
+# Every model mutant the explorer is the catching check of, on two multi-workflow scopes: two one-step Runs
+# (PAIR alphabet, depth <= 7), and for the mutants that need a dependency or a second step, two Runs of
+# the 2-step shapes (COUPLING, depth <= 6). `frontier_lists_cancelling_runs` breaks the isolation of Runs
+# that both reductions rest on.
+EXPLORER_MUTANTS = by_check("explorer", "stateful")
+TWO_STEP = ("ready_while_need_running", "skip_one_level_per_pass", "timeout_request_repeated")
+# Not reached in these scopes by either search (measured), so compared as two passes: a level skipped only
+# shows in a chain of three, a repeated timeout request only after a deadline deeper than these bounds.
+# The one-Run manifest scopes catch both (tests/conformance/mutants).
+UNREACHED = ("skip_one_level_per_pass", "timeout_request_repeated")
+
+
+def mutant_scope(mutant: Mutant) -> E.Config:
+    if mutant.name in TWO_STEP:
+        return E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=coupling, max_depth=6)
+    return E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=pair, max_depth=7)
 
 
 @pytest.mark.parametrize("mutant", EXPLORER_MUTANTS, ids=[m.name for m in EXPLORER_MUTANTS])
 def test_a_planted_mutant_is_caught_alike(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two Runs of the one-step shape: whatever the full search finds (kinds), the reduced one finds too."""
+    """Whatever the full search finds (kinds), the reduced one finds too, and nothing else."""
     assert mutant.plant is not None
     mutant.plant(monkeypatch)
-    cfg = E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=pair, max_depth=7)
     found: dict[str, set[str]] = {}
-    for reduction in E.REDUCTIONS:
-        report = E.explore(replace(cfg, reduction=reduction), checker=transition_problems)
+    for reduction in ("none", "sleep+runs"):  # both reductions at once: the most any search skips
+        report = E.explore(replace(mutant_scope(mutant), reduction=reduction), checker=transition_problems)
         found[reduction] = {f.kind for f in report.findings}
-    assert found["none"] and found["sleep"] == found["none"]
+    assert found["sleep+runs"] == found["none"]
+    assert bool(found["none"]) == (mutant.name not in UNREACHED)  # a comparison of two findings, not two passes
 
 
 def test_the_independence_relation() -> None:
@@ -136,13 +162,18 @@ def test_the_independence_relation() -> None:
 def test_qlwf_explore_takes_the_reduction_and_the_workflows() -> None:
     parser = argparse.ArgumentParser()
     cmd_explore.register(parser.add_subparsers())
-    counts = []
-    for reduction in E.REDUCTIONS:
-        args = parser.parse_args(["explore", "--shape", "1:-", "--workflows", "2", "--reduction", reduction,
+    counts = {}
+    for reduction in (*E.REDUCTIONS, None):
+        given = [] if reduction is None else ["--reduction", reduction]
+        args = parser.parse_args(["explore", "--shape", "1:-", "--workflows", "2", *given,
                                   "--depth", "4", "--json", "--jobs", "1"])
         out = io.StringIO()
         assert cmd_explore.run(args, out) == 0
-        counts.append(json.loads(out.getvalue()))
-    full, reduced = counts
-    assert reduced["distinct_states"] == full["distinct_states"] and reduced["transitions"] < full["transitions"]
-    assert reduced["slept"] > 0 and "slept" not in full
+        counts[reduction] = json.loads(out.getvalue())
+    full = counts["none"]
+    assert "slept" not in full
+    assert counts["sleep"]["distinct_states"] == full["distinct_states"]
+    assert counts["sleep"]["transitions"] < full["transitions"] and counts["sleep"]["slept"] > 0
+    assert counts["runs"]["distinct_states"] < full["distinct_states"]
+    assert counts[None] == {**counts[E.REDUCED], "seconds": counts[None]["seconds"],
+                            "states_per_second": counts[None]["states_per_second"]}  # the default
