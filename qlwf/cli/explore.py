@@ -82,7 +82,7 @@ def _selected(text: str) -> int:
 def _progress(out: TextIO) -> Any:
     def show(r: ShapeReport) -> None:
         out.write(f"{r.shape:<22} {r.distinct_states:>8} {r.transitions:>10} {r.refusals:>9} {r.depth:>6} "
-                  f"{len(r.findings):>10}\n")
+                  f"{len(r.findings):>10} {r.seconds:>9.1f}\n")
         out.flush()
     return show
 
@@ -90,7 +90,7 @@ def _progress(out: TextIO) -> Any:
 def render(report: ExploreReport, out: TextIO) -> None:
     s = report.summary()
     out.write(f"{'total':<22} {s['distinct_states']:>8} {s['transitions']:>10} {s['refusals']:>9} {s['depth']:>6} "
-              f"{s['violations']:>10}\n")
+              f"{s['violations']:>10} {s['seconds']:>9.1f}\n")
     out.write(f"distinct states {s['distinct_states']}, transitions {s['transitions']} ({s['refusals']} refused), "
               f"depth {s['depth']}, {s['seconds']} s, {s['states_per_second']} states/s\n")
 
@@ -107,17 +107,19 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                  alphabet=ALPHABETS["full"] if full else default_alphabet, shapes=shapes,
                  reduction=getattr(args, "reduction", REDUCED), workflows=getattr(args, "workflows", 1))
     if not args.json:
-        out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10}\n")
+        out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10} "
+                  f"{'seconds':>9}\n")
     report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))
     findings = report.findings
     paths = write_counterexamples(findings, os.environ.get("QLWF_TRACE_DIR", DEFAULT_TRACE_DIR)) if findings else []
     if args.json:
         summary = report.summary()
         summary["per_shape"] = [{"shape": r.shape, "distinct_states": r.distinct_states, "transitions": r.transitions,
-                                 "refusals": r.refusals, "depth": r.depth, "violations": len(r.findings)}
+                                 "refusals": r.refusals, "depth": r.depth, "violations": len(r.findings),
+                                 "seconds": round(r.seconds, 3)}
                                 for r in report.shapes]
         summary["counterexamples"] = [str(p) for p in paths]
-        if cfg.reduction != "none":  # what the reduction skipped (docs/explorer-reduction.md)
+        if "sleep" in cfg.reduction:  # what the sleep sets skipped (docs/explorer-reduction.md)
             summary["slept"], summary["reexpanded"] = report.slept, report.reexpanded
         out.write(json.dumps(summary) + "\n")
     else:

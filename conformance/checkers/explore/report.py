@@ -37,6 +37,7 @@ class ShapeReport:
     drains: int = 0  # LIVE-1 drains run; the other explored states took a passed verdict from LivenessMemo
     slept: int = 0  # choices not taken because asleep (Config.reduction "sleep")
     reexpanded: int = 0  # states expanded again because reached with a smaller sleep set
+    seconds: float = 0.0  # wall time of this shape's search (in its worker process)
     findings: list[Finding] = field(default_factory=list)
     rules: set[str] = field(default_factory=set)
     observed: set[str] = field(default_factory=set)

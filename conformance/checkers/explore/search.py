@@ -170,8 +170,11 @@ Checker = Callable[[State, TraceStep, Any], list[str]]
 def explore_shape(shape: Shape, cfg: Config, observer: Observer | None = None,
                   checker: Checker | None = None) -> ShapeReport:
     """Breadth-first search over every reachable explored state of one shape."""
+    start = time.perf_counter()
     with reusing_record_checks(cfg.incremental):  # the explorer never mutates a record it holds
-        return _explore_shape(shape, cfg, observer, checker)
+        report = _explore_shape(shape, cfg, observer, checker)
+    report.seconds = time.perf_counter() - start
+    return report
 
 
 class _Sleep:
