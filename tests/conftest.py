@@ -124,6 +124,13 @@ def pg_backend(pg_server: Any) -> Iterator[Any]:
     factory.shutdown()
 
 
+@pytest.fixture
+def db(pg_backend: Any) -> Any:
+    """The PostgreSQL storage adapter of `pg_backend`, emptied for the test (impl/postgres `PgDatabase`)."""
+    pg_backend.database.reset()
+    return pg_backend.database
+
+
 @pytest.fixture(scope="session")
 def pg_durable() -> Iterator[Any]:
     """A private throwaway cluster with durability on (fsync, synchronous_commit), for the tests that

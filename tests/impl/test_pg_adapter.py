@@ -33,12 +33,6 @@ USER = {"type": "user"}
 Record = dict[str, Any]
 
 
-@pytest.fixture
-def db(pg_backend: PostgresBackend) -> PgDatabase:
-    pg_backend.database.reset()
-    return pg_backend.database
-
-
 def adapter(db: PgDatabase, store: Callable[[PgSession], PgStore] = PgStore,
             clock: Any = None) -> PostgresAdapter:
     return PostgresAdapter(db, clock if clock is not None else FixedClock(), store_factory=store)

@@ -12,7 +12,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from qlwf.conformance.backends.postgres import PostgresBackend
 from qlwf.conformance.generate import plans
 from qlwf.impl.commands.failures import ConcurrentChange
 from qlwf.impl.port import DatabaseClock, FixedClock
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.postgres
 T0 = 1_000_000
 USER = {"type": "user"}
 Record = dict[str, Any]
-
-
-@pytest.fixture
-def db(pg_backend: PostgresBackend) -> PgDatabase:
-    pg_backend.database.reset()
-    return pg_backend.database
 
 
 class Recorder:

@@ -83,14 +83,6 @@ def assert_same_verdicts(cfg: E.Config, monkeypatch: pytest.MonkeyPatch,
     return full, reduced
 
 
-def coupling(_n: int) -> E.Alphabet:
-    return E.COUPLING
-
-
-def pair(_n: int) -> E.Alphabet:
-    return E.PAIR
-
-
 def test_with_one_run_nothing_is_independent_and_the_search_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     full, reduced = assert_same_verdicts(E.Config(max_steps=3, shapes=E.scope_shapes(3)), monkeypatch, E.REDUCED)
     assert E.manifest_counts(reduced)["shapes"] == E.manifest_counts(full)["shapes"]
@@ -98,10 +90,10 @@ def test_with_one_run_nothing_is_independent_and_the_search_is_the_same(monkeypa
 
 
 @pytest.mark.parametrize("cfg", [
-    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=coupling),
-    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=pair, max_depth=7),
-    E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=coupling, max_depth=6),
-    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=3, alphabet=coupling, max_depth=6),
+    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=E.coupling_alphabet),
+    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=E.pair_alphabet, max_depth=7),
+    E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=E.coupling_alphabet, max_depth=6),
+    E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=3, alphabet=E.coupling_alphabet, max_depth=6),
 ], ids=["2x1-coupling", "2x1-pair-depth7", "2x2-coupling-depth6", "3x1-coupling-depth6"])
 @pytest.mark.parametrize("reduction", [r for r in E.REDUCTIONS if r != "none"])
 def test_with_several_runs_the_reduction_skips_work_and_keeps_every_verdict(
@@ -125,8 +117,9 @@ UNREACHED = ("skip_one_level_per_pass", "timeout_request_repeated")
 
 def mutant_scope(mutant: Mutant) -> E.Config:
     if mutant.name in TWO_STEP:
-        return E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=coupling, max_depth=6)
-    return E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=pair, max_depth=7)
+        return E.Config(max_steps=2, shapes=tuple(E.dag_shapes(2)), workflows=2, alphabet=E.coupling_alphabet,
+                        max_depth=6)
+    return E.Config(max_steps=1, shapes=tuple(E.dag_shapes(1)), workflows=2, alphabet=E.pair_alphabet, max_depth=7)
 
 
 @pytest.mark.parametrize("mutant", EXPLORER_MUTANTS, ids=[m.name for m in EXPLORER_MUTANTS])
