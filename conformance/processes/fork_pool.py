@@ -66,7 +66,7 @@ class Outcome(Generic[Value]):
         return cast(Value, self.value)  # a task's value may itself be None
 
 
-def _portable(error: BaseException) -> BaseException:
+def portable(error: BaseException) -> BaseException:
     """The exception itself if it survives pickling, else a RuntimeError that names it."""
     try:
         pickle.loads(pickle.dumps(error))
@@ -91,7 +91,7 @@ def _serve(fn: Callable[[Any], Any], conn: Connection, parent_ends: list[Connect
         try:
             reply: tuple[int, bool, Any, str] = (ticket, True, fn(item), "")
         except Exception as e:  # the task's failure is its outcome; the worker goes on (an interrupt ends it)
-            reply = (ticket, False, _portable(e), traceback.format_exc())
+            reply = (ticket, False, portable(e), traceback.format_exc())
         try:
             conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as e:  # pickling fails before any byte is written

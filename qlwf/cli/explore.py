@@ -12,6 +12,7 @@ from qlwf.cli.argtypes import integer, processes
 from qlwf.conformance.checkers.counterexamples import write_counterexamples
 from qlwf.conformance.checkers.explore import (
     ALPHABETS,
+    COUNT_KEYS,
     MAX_SHAPE_STEPS,
     MAX_WORKFLOWS,
     REDUCED,
@@ -24,7 +25,9 @@ from qlwf.conformance.checkers.explore import (
     default_alphabet,
     explore,
     parse_shape,
+    scope_name,
     scope_shapes,
+    scope_work,
 )
 from qlwf.conformance.report.render import show_command
 
@@ -60,8 +63,16 @@ def register(subparsers: Any) -> None:
                         "work only with --workflows 2 or more")
     p.add_argument("--workflows", type=integer(1, MAX_WORKFLOWS), default=1, metavar="W",
                    help=f"admit W Runs of each shape side by side (at most {MAX_WORKFLOWS}; the manifest pins W = 1)")
+    p.add_argument("--pinned", action="store_true",
+                   help="compare each shape's or scope's counts with the manifest (conformance/checkers/"
+                        "explore_manifest.json: 'shapes', 'workflows', or with --full 'full'); a changed count "
+                        "exits 1, a scope the manifest does not pin exits 2 before anything is explored")
+    p.add_argument("--pin", action="store_true",
+                   help="with --full: write the counts into the manifest's 'full' section (the only one "
+                        "`qlwf regenerate` does not rebuild, for its cost)")
     p.add_argument("--jobs", type=processes(), default=min(2, os.cpu_count() or 1), metavar="J",
-                   help="explore shapes in J processes (default: 2 where there are two cores; the report is the same)")
+                   help="explore shapes in J processes, or split a lone shape or scope across them (default: 2 where "
+                        "there are two cores; the report is the same)")
     p.set_defaults(func=run)
 
 
@@ -106,11 +117,31 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     cfg = Config(max_steps=args.max_steps or max(n for n, _ in named), max_depth=args.depth,
                  alphabet=ALPHABETS["full"] if full else default_alphabet, shapes=shapes,
                  reduction=getattr(args, "reduction", REDUCED), workflows=getattr(args, "workflows", 1))
+    pinned = _pinned_section(cfg, full) if getattr(args, "pinned", False) else None
+    if pinned is not None:
+        missing = [scope_name(shape, cfg.workflows, None) for shape, _ in scope_work(cfg)
+                   if scope_name(shape, cfg.workflows, None) not in pinned]
+        if missing:
+            print(f"qlwf explore: --pinned: the manifest pins no counts for {', '.join(missing)} with "
+                  f"{'the full alphabet' if full else 'the default alphabet'}", file=sys.stderr)
+            return 2
+    if getattr(args, "pin", False) and (not full or cfg.workflows > 1 or cfg.max_depth is not None):
+        print("qlwf explore: --pin writes the full alphabet's one-Run counts: give --full, no --workflows, "
+              "no --depth", file=sys.stderr)
+        return 2
     if not args.json:
         out.write(f"{'shape':<22} {'states':>8} {'transitions':>10} {'refused':>9} {'depth':>6} {'violations':>10} "
                   f"{'seconds':>9}\n")
     report = explore(cfg, progress=None if args.json else _progress(out), jobs=getattr(args, "jobs", 1))
     findings = report.findings
+    changed = [] if pinned is None else [
+        f"{r.shape}: {counts} != pinned {pinned[r.shape]}" for r in report.shapes
+        if (counts := {k: getattr(r, k) for k in COUNT_KEYS}) != pinned[r.shape]]
+    if getattr(args, "pin", False) and not findings:
+        from qlwf.gate.artifacts import pin_full, source_root
+
+        print(f"qlwf explore: pinned the counts of {len(report.shapes)} shape(s) in "
+              f"{pin_full(source_root(), report)}", file=sys.stderr)
     paths = write_counterexamples(findings, os.environ.get("QLWF_TRACE_DIR", DEFAULT_TRACE_DIR)) if findings else []
     if args.json:
         summary = report.summary()
@@ -119,6 +150,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                                  "seconds": round(r.seconds, 3)}
                                 for r in report.shapes]
         summary["counterexamples"] = [str(p) for p in paths]
+        if pinned is not None:
+            summary["changed_from_pinned"] = changed
         if "sleep" in cfg.reduction:  # what the sleep sets skipped (docs/explorer-reduction.md)
             summary["slept"], summary["reexpanded"] = report.slept, report.reexpanded
         out.write(json.dumps(summary) + "\n")
@@ -128,4 +161,22 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             out.write(f"VIOLATION [{f.shape}] {f.kind}: {f.message}\n")
         for p in paths:
             out.write(f"counterexample trace: {p}\nrender it: {show_command(p)}\n")
-    return 1 if findings else 0
+        for line in changed:
+            out.write(f"CHANGED FROM PINNED {line}\n")
+        if pinned is not None and not changed:
+            out.write(f"every count as pinned ({len(report.shapes)} shape(s) or scope(s))\n")
+    return 1 if findings or changed else 0
+
+
+def _pinned_section(cfg: Config, full: bool) -> dict[str, Any]:
+    """The manifest's counts for scopes explored like `cfg`: one Run with the default alphabet
+    ('shapes'), several ('workflows'), one Run with the full alphabet ('full')."""
+    from importlib import resources
+
+    from qlwf.gate.artifacts import PINNED_FULL
+
+    text = resources.files("qlwf.conformance.checkers").joinpath("explore_manifest.json").read_text(encoding="utf-8")
+    manifest = json.loads(text)
+    if full:
+        return manifest.get(PINNED_FULL, {}) if cfg.workflows == 1 else {}
+    return dict(manifest.get("workflows" if cfg.workflows > 1 else "shapes", {}))

@@ -32,7 +32,11 @@ EXPLORER_ABOUT = (
     "difference. Under workflows: the multi-workflow scopes (W Runs of one shape side by side, searched up to "
     "permutations of the Runs: docs/explorer-reduction.md); the gate explores "
     f"{', '.join(EXPLORER_QUICK_WORKFLOWS)} quick and {', '.join(EXPLORER_FULL_WORKFLOWS)} full, the nightly job "
-    "all of them.")
+    "all of them. Under full: every shape of K = 1..3 with the full alphabet (`qlwf explore --full`), which the "
+    "nightly job explores with --pinned; `qlwf regenerate` keeps that section as it is, and `qlwf explore --full "
+    "--pin` measures it again, as the nightly job runs it (--max-steps 2; the five 3-step shapes with an edge; "
+    "then --shape '3:-' alone, split across the cores: half an hour on two).")
+PINNED_FULL = "full"  # the manifest's section of the full-alphabet counts
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,16 @@ def _corpus(_root: Path) -> Texts:
     return {f"conformance/traces/corpus/{name}": text for name, text in build_corpus.build().items()}
 
 
-def explorer_manifest_text(report: Any, pinned: dict[str, Any] | None = None) -> str:
+def explorer_manifest_text(report: Any, pinned: dict[str, Any] | None = None,
+                           full: dict[str, Any] | None = None) -> str:
     """The manifest file for an exploration of every shape up to EXPLORER_MAX_STEPS steps and the
     selected families beyond. A smaller report (the test suite's K <= 3) is completed with the larger
     shapes' counts from `pinned` (the manifest in the tree): its own shapes and every total are still
-    rebuilt, so a changed count of K <= report.max_steps shows in every total it enters."""
+    rebuilt, so a changed count of K <= report.max_steps shows in every total it enters. `full`, the
+    full-alphabet section, is written as given, by default as `pinned` has it (`qlwf explore --full
+    --pin` measures it)."""
+    if full is None and pinned is not None:
+        full = pinned.get(PINNED_FULL)
     from qlwf.conformance.checkers.explore import WORKFLOW_SCOPES, counts_of_shapes, manifest_counts, shape_size
 
     explored = manifest_counts(report)
@@ -74,7 +83,28 @@ def explorer_manifest_text(report: Any, pinned: dict[str, Any] | None = None) ->
         workflows = pinned.get("workflows", {}) | workflows
     counts = counts_of_shapes(shapes, EXPLORER_MAX_STEPS if pinned is not None else report.max_steps,
                               {name: workflows[name] for name in WORKFLOW_SCOPES if name in workflows})
-    return json.dumps({"about": EXPLORER_ABOUT, **counts}, indent=2) + "\n"
+    return json.dumps({"about": EXPLORER_ABOUT, **counts, **({PINNED_FULL: full} if full else {})},
+                      indent=2) + "\n"
+
+
+def pinned_manifest(root: Path) -> dict[str, Any]:
+    """The explorer manifest in the tree at `root` (empty if there is none)."""
+    path = root / EXPLORER_MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def pin_full(root: Path, report: Any) -> Path:
+    """Write the full-alphabet counts of `report`'s shapes into the manifest at `root` (the other
+    shapes of its full section, and every other section, stay as they are)."""
+    from qlwf.conformance.checkers.explore import COUNT_KEYS
+
+    manifest = pinned_manifest(root)
+    full = dict(manifest.get(PINNED_FULL, {}))
+    full |= {r.shape: {k: getattr(r, k) for k in COUNT_KEYS} for r in report.shapes}
+    manifest[PINNED_FULL] = {name: full[name] for name in sorted(full, key=lambda n: (int(n.split(":")[0]), n))}
+    path = root / EXPLORER_MANIFEST
+    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def _explorer(root: Path, report: Any = None) -> Texts:
@@ -90,11 +120,9 @@ def _explorer(root: Path, report: Any = None) -> Texts:
         first = report.findings[0]
         raise RuntimeError(f"the explorer found {len(report.findings)} violation(s) (first: {first.shape} "
                            f"{first.kind}: {first.message}); no manifest is written for a failing model")
-    pinned = None
-    if report.max_steps < EXPLORER_MAX_STEPS:
-        path = root / EXPLORER_MANIFEST
-        pinned = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return {EXPLORER_MANIFEST: explorer_manifest_text(report, pinned)}
+    tree = pinned_manifest(root)
+    pinned = tree if report.max_steps < EXPLORER_MAX_STEPS else None
+    return {EXPLORER_MANIFEST: explorer_manifest_text(report, pinned, tree.get(PINNED_FULL))}
 
 
 def _glob(pattern: str) -> Callable[[Path], list[str]]:

@@ -157,28 +157,28 @@ def test_the_nightly_campaign_runs_on_schedule_with_postgres_and_keeps_its_findi
 
 
 def test_the_nightly_explores_every_small_shape_with_the_full_alphabet_and_keeps_its_traces() -> None:
-    """Every shape of up to 2 steps and every 3-step shape, the three free steps to a depth bound only
-    (Q-131, Q-133; unbounded they outgrow memory: docs/explorer-reduction.md)."""
-    from qlwf.conformance.checkers.explore import dag_shapes
+    """Every shape of up to 3 steps to the end, each compared with the manifest's full section, the three free
+    steps alone so that the search is split across the cores (Q-131, Q-133, Q-150); a job of its own."""
+    from qlwf.conformance.checkers.explore import dag_shapes, shape_name
 
-    job = workflow()["jobs"]["campaign"]
+    doc = workflow()
+    job = doc["jobs"]["explore"]
+    assert job["if"] == doc["jobs"]["campaign"]["if"]  # nightly and on demand, beside the campaign
     calls = [build_parser().parse_args(argv) for name, argv in qlwfw_calls()
-             if name == "campaign" and argv[0] == "explore" and "--workflows" not in argv]
-    assert all(args.full for args in calls)
+             if name == "explore" and argv[0] == "explore" and "--workflows" not in argv]
+    assert all(args.full and args.pinned and args.depth is None for args in calls)
     assert any(args.max_steps is not None and args.max_steps >= 2 for args in calls)
-    named = {shape for args in calls if args.depth is None for shape in args.shape}
-    assert named == set(dag_shapes(3)) - {(3, ())}
-    bounded = [args for args in calls if args.depth is not None]
-    assert [args.shape for args in bounded] == [[(3, ())]] and bounded[0].depth >= 18
+    named = [shape for args in calls for shape in args.shape]
+    assert set(named) == set(dag_shapes(3)) and len(named) == len(set(named))
+    (alone,) = [args for args in calls if (3, ()) in args.shape]
+    assert alone.shape == [(3, ())]  # a lone scope: split across the --jobs processes
+    manifest = json.loads((REPO / "conformance" / "checkers" / "explore_manifest.json").read_text(encoding="utf-8"))
+    assert set(manifest["full"]) == {shape_name(s) for k in (1, 2, 3) for s in dag_shapes(k)}
     steps = [s for s in job["steps"] if "./qlwfw explore" in s.get("run", "")]
-    # a campaign's finding does not skip them
-    assert steps and all(step["if"] == "success() || failure()" for step in steps)
     (traces,) = {step["env"]["QLWF_TRACE_DIR"] for step in steps}
-    campaign = build_parser().parse_args(
-        next(argv for name, argv in qlwfw_calls() if name == "campaign" and argv[0] == "campaign"))
-    assert not traces.startswith(campaign.out)  # the campaign refuses files of others in its --out (Q-125)
     assert any(f"{traces}/*.json" in s.get("run", "") and "./qlwfw show" in s.get("run", "") for s in job["steps"])
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()"
     assert traces in {path.rstrip("/") for path in upload["with"]["path"].split()}
 
 
@@ -189,9 +189,10 @@ def test_the_nightly_explores_every_multi_workflow_scope_of_the_manifest() -> No
     from qlwf.conformance.checkers.explore import REDUCED, parse_scope, scope_name
 
     calls = [build_parser().parse_args(argv) for name, argv in qlwfw_calls()
-             if name == "campaign" and argv[0] == "explore" and "--workflows" in argv]
+             if name == "explore" and argv[0] == "explore" and "--workflows" in argv]
     manifest = json.loads((REPO / "conformance" / "checkers" / "explore_manifest.json").read_text(encoding="utf-8"))
     explored = {scope_name(shape, args.workflows) for args in calls if not args.full for shape in args.shape}
     assert explored == {parse_scope(name).name.partition("@")[0] for name in manifest["workflows"]}
     assert all(args.reduction == REDUCED for args in calls)
+    assert all(args.pinned for args in calls if not args.full)
     assert any(args.full and args.workflows == 2 for args in calls)

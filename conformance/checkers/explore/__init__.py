@@ -11,8 +11,10 @@ Modules:
 * `abstraction`: the state identity that makes the space finite, and the symmetry reduction over a
   shape's automorphisms (canonical state keys);
 * `alphabet`: the bounded choices offered in a state (the command alphabet) and the time discipline;
-* `search`: the breadth-first search of one shape (with the optional sleep-set reduction) and the
-  driver over many (`Config`, `explore`);
+* `search`: the breadth-first search of one shape, with the optional sleep-set reduction (`Config`,
+  `explore_shape`);
+* `parallel`: the same search of one scope split across processes, level by level;
+* `driver`: what `explore(cfg)` explores, in which order and how many processes;
 * `report`: findings, per-shape and total counts, and the counts the manifest pins.
 
 Every public name (and the few private ones the review and the tests reach for) is re-exported here,
@@ -66,6 +68,8 @@ from .alphabet import (
     take,
     time_actions,
 )
+from .driver import _explore_one, dispatch_order, explore, scope_work, splits
+from .parallel import explore_shape_partitioned
 from .report import COUNT_KEYS, ExploreReport, Finding, ShapeReport, counts_of_shapes, manifest_counts, shape_size
 from .search import (
     NO_WRITE,
@@ -73,13 +77,10 @@ from .search import (
     REDUCTIONS,
     Checker,
     Config,
+    Identities,
     LivenessMemo,
     Observer,
-    _explore_one,
-    dispatch_order,
-    explore,
     explore_shape,
-    scope_work,
 )
 from .shapes import (
     INITIAL_CLOCK,
@@ -136,6 +137,7 @@ __all__ = [
     "Edge",
     "ExploreReport",
     "Finding",
+    "Identities",
     "Key",
     "LivenessMemo",
     "Observer",
@@ -172,6 +174,7 @@ __all__ = [
     "drain",
     "explore",
     "explore_shape",
+    "explore_shape_partitioned",
     "full_alphabet",
     "independent",
     "manifest_counts",
@@ -187,6 +190,7 @@ __all__ = [
     "shape_name",
     "shape_needs",
     "shape_size",
+    "splits",
     "step_key",
     "take",
     "time_actions",

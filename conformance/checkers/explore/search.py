@@ -8,14 +8,12 @@ With Config.reduction = "sleep" the search skips choices that commute with one a
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from qlwf.conformance.processes.fork_pool import ForkPool
 from qlwf.model.invariants import Violation, check_invariants, reusing_record_checks
 from qlwf.model.state import State
 from qlwf.model.system import advance_time, apply
@@ -23,7 +21,6 @@ from qlwf.model.system import advance_time, apply
 from ..liveness import drain, lease_horizon
 from .abstraction import Key, Symmetry, abstract_state, collapse, detailed_state
 from .alphabet import (
-    ALPHABETS,
     LEASE_MS,
     TIMEOUT_MS,
     Action,
@@ -38,13 +35,11 @@ from .alphabet import (
     independent,
     take,
 )
-from .report import ExploreReport, Finding, ShapeReport
+from .report import Finding, ShapeReport
 from .shapes import (
     INITIAL_CLOCK,
     Shape,
     build_plan,
-    dag_shapes,
-    parse_scope,
     scope_name,
     shape_needs,
     workflow_ids,
@@ -113,7 +108,10 @@ def _invariants(state: State, cfg: Config, report: ShapeReport) -> tuple[list[Vi
     return found, f"incremental evaluation {[str(v) for v in found]} != full {[str(v) for v in full]}"
 
 
-class LivenessMemo:
+Identified = TypeVar("Identified", bound=Hashable)  # what LivenessMemo keys its verdicts by
+
+
+class LivenessMemo(Generic[Identified]):
     """LIVE-1 verdicts of one shape, by the explored identity of the state the drain starts from.
 
     The drain first moves the clock to T* (every `leased` lease expired) and is a function of the
@@ -125,9 +123,9 @@ class LivenessMemo:
     a drain of its own state and reported with that drain's steps. `Config.cross_check` drains
     every reused state as well and reports a disagreement."""
 
-    def __init__(self, identity: Callable[[State], Key]) -> None:
+    def __init__(self, identity: Callable[[State], Identified]) -> None:
         self.identity = identity
-        self.passed: set[Key] = set()
+        self.passed: set[Identified] = set()
 
     def check(self, state: State, cfg: Config, report: ShapeReport) -> list[tuple[str, str, list[TraceStep]]]:
         start = None
@@ -149,7 +147,7 @@ class LivenessMemo:
 
 
 def _check_state(state: State, cfg: Config, report: ShapeReport,
-                 liveness: LivenessMemo) -> list[tuple[str, str, list[TraceStep]]]:
+                 liveness: LivenessMemo[Any]) -> list[tuple[str, str, list[TraceStep]]]:
     violations, disagreement = _invariants(state, cfg, report)
     found: list[tuple[str, str, list[TraceStep]]] = [("invariant", str(v), []) for v in violations]
     if disagreement is not None:
@@ -201,55 +199,99 @@ class _Sleep:
         return missing if missing and key in self.expanded else None
 
 
-def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker: Checker | None) -> ShapeReport:
+def _check_reduction(cfg: Config) -> None:
     if cfg.reduction not in REDUCTIONS:
         raise ValueError(f"reduction {cfg.reduction!r}: expected one of {', '.join(REDUCTIONS)}")
-    report = ShapeReport(_report_name(shape, cfg))
-    alphabet = cfg.alphabet(shape[0] * cfg.workflows)  # richness by the steps of every Run together
-    ids = workflow_ids(cfg.workflows)
-    # Every Run of the scope is admitted before the search: the root is the state after the last
-    # admission, and its trace starts with all of them (the earlier ones under synthetic keys).
-    state0 = State(clock=INITIAL_CLOCK)
-    parents: dict[Key, tuple[Key | None, TraceStep]] = {}
-    previous: Key | None = None
-    admit: TraceStep = {}
-    for i, (run_id, plan_id) in enumerate(ids):
+
+
+def admit_scope(shape: Shape, cfg: Config, report: ShapeReport,
+                observer: Observer | None) -> tuple[State, list[TraceStep]]:
+    """Admit every Run of the scope (run-x, run-y, ...): the root of the search, the state after the
+    last admission, and the admissions' trace steps, which start every path."""
+    state = State(clock=INITIAL_CLOCK)
+    steps: list[TraceStep] = []
+    for run_id, plan_id in workflow_ids(cfg.workflows):
         plan = build_plan(run_id, plan_id, shape_needs(shape), INITIAL_CLOCK)
-        if i:
-            parents[("admission", i)] = (previous, admit)
-            previous = ("admission", i)
-        admit = {"op": "command", "name": "admit_workflow", "args": {"plan": plan}}
-        out = apply(state0, {"name": "admit_workflow", "args": {"plan": plan}})
+        admit: TraceStep = {"op": "command", "name": "admit_workflow", "args": {"plan": plan}}
+        out = apply(state, {"name": "admit_workflow", "args": {"plan": plan}})
         if out.error is not None:
             raise RuntimeError(f"shape {report.shape} does not admit: {out.error}")
         report.rules |= set(out.rules)
         if observer is not None:
-            report.observed.update(observer(state0, admit, out))
-        state0 = out.state
-    parts = set(cfg.reduction.split("+"))
-    symmetry = Symmetry(shape, tuple(run_id for run_id, _ in ids), swap_runs="runs" in parts)
-    sleep = _Sleep() if "sleep" in parts and cfg.workflows > 1 else None  # one Run: nothing is independent
+            report.observed.update(observer(state, admit, out))
+        steps.append(admit)
+        state = out.state
+    return state, steps
 
-    canonical: dict[Key, tuple[Key, Key, dict[str, str]]] = {}  # detailed key -> canonical keys, renaming
 
-    def identities(s: State) -> tuple[Key, Key, dict[str, str]]:
+# The identities cache keeps two generations of this many entries each: a full generation becomes the
+# old one, and an entry found there is carried into the new one (it is only a cache: a miss recomputes
+# the same keys, and an entry holds a few KB, so an unbounded cache outgrows the search itself).
+IDENTITY_CACHE_GENERATION = 60_000
+
+Identity = tuple[Key, Key, dict[str, str], bytes, bytes]
+
+
+class Identities:
+    """A state's identities in the search of one scope: (explored key, detailed key, the explored key's
+    renaming, and both keys as bytes), the keys canonical under `symmetry` (abstraction.py). The bytes
+    are the keys' reprs, exact for these tuples of str, int, bool and None: the partitioned search
+    (parallel.py) keeps and ships them in place of the nested tuples."""
+
+    def __init__(self, shape: Shape, cfg: Config) -> None:
+        ids = workflow_ids(cfg.workflows)
+        self.symmetry = Symmetry(shape, tuple(run_id for run_id, _ in ids),
+                                 swap_runs="runs" in cfg.reduction.split("+"))
+        self._new: dict[Key, Identity] = {}
+        self._old: dict[Key, Identity] = {}
+
+    def __call__(self, s: State) -> Identity:
         # Most transitions reach a detailed state seen before, often in the same labelling: one
         # lookup then replaces the two searches over the shape's automorphisms.
         detailed = detailed_state(s)
-        keys = canonical.get(detailed)
+        keys = self._new.get(detailed)
         if keys is None:
-            explored = collapse(detailed)
-            names = symmetry.renaming(explored)  # the explored identity's labelling
-            keys = canonical[detailed] = (explored if symmetry.trivial else symmetry.rename(explored, names),
-                                          symmetry.canonical(detailed), names)
+            keys = self._old.get(detailed)
+            if keys is None:
+                keys = self._compute(detailed)
+            if len(self._new) >= IDENTITY_CACHE_GENERATION:
+                self._old, self._new = self._new, {}
+            self._new[detailed] = keys
         return keys
+
+    def _compute(self, detailed: Key) -> Identity:
+        symmetry = self.symmetry
+        explored = collapse(detailed)
+        names = symmetry.renaming(explored)  # the explored identity's labelling
+        explored = explored if symmetry.trivial else symmetry.rename(explored, names)
+        canonical = symmetry.canonical(detailed)
+        return explored, canonical, names, repr(explored).encode(), repr(canonical).encode()
+
+
+def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker: Checker | None) -> ShapeReport:
+    _check_reduction(cfg)
+    report = ShapeReport(_report_name(shape, cfg))
+    alphabet = cfg.alphabet(shape[0] * cfg.workflows)  # richness by the steps of every Run together
+    state0, admissions = admit_scope(shape, cfg, report, observer)
+    # The admissions before the last one sit in `parents` under synthetic keys, so that every path
+    # starts with all of them.
+    parents: dict[Key, tuple[Key | None, TraceStep]] = {}
+    previous: Key | None = None
+    for i, step in enumerate(admissions[:-1], start=1):
+        parents[("admission", i)] = (previous, step)
+        previous = ("admission", i)
+    admit = admissions[-1]
+    parts = set(cfg.reduction.split("+"))
+    sleep = _Sleep() if "sleep" in parts and cfg.workflows > 1 else None  # one Run: nothing is independent
+    identities = Identities(shape, cfg)
+    symmetry = identities.symmetry
 
     def labels(s: State, names: dict[str, str], acts: Iterable[Action]) -> list[Label]:
         ordinals = attempt_ordinals(s)
         return [action_label(s, a, names, ordinals) for a in acts]
 
     liveness = LivenessMemo(lambda s: symmetry.canonical(abstract_state(s)))
-    root, root_detail, root_names = identities(state0)
+    root, root_detail, root_names = identities(state0)[:3]
     parents[root] = (previous, admit)
     checked: set[Key] = {root_detail}
     if sleep is not None:
@@ -320,7 +362,7 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
             if new is state:
                 new_key, detail, new_names = key, state_detail, names
             else:
-                new_key, detail, new_names = identities(new)
+                new_key, detail, new_names = identities(new)[:3]
                 if sleep is not None:  # the handed-on choices are enabled in `new` too: label them there
                     handed = frozenset(labels(new, new_names, handed_on)) if handed_on else frozenset()
                     again_labels = sleep.arrive(new_key, handed)
@@ -344,89 +386,6 @@ def _explore_shape(shape: Shape, cfg: Config, observer: Observer | None, checker
     return report
 
 
-def _explore_one(job: tuple[int, Shape, Config, Observer | None, Checker | None]) -> tuple[int, ShapeReport]:
-    index, shape, cfg, observer, checker = job
-    return index, explore_shape(shape, cfg, observer, checker)
-
-
-def _pinned_transitions() -> dict[str, int]:
-    """Per shape or scope, the transitions the manifest pins (only to hand out the largest ones first)."""
-    from importlib import resources
-    try:
-        manifest = resources.files("qlwf.conformance.checkers").joinpath("explore_manifest.json")
-        pinned = json.loads(manifest.read_text(encoding="utf-8"))
-        return {name: int(c["transitions"]) for part in ("shapes", "workflows")
-                for name, c in pinned.get(part, {}).items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def dispatch_order(work: list[tuple[Shape, Config]]) -> list[int]:
-    """Indexes of `work`, largest expected work first, so that two workers finish together: the
-    manifest's transitions where it pins the scope, else more steps and fewer edges first."""
-    pinned = _pinned_transitions()
-
-    def size(i: int) -> tuple[int, ...]:
-        shape, cfg = work[i]
-        return (-pinned.get(_report_name(shape, cfg), 1 << 40), -shape[0] * cfg.workflows, len(shape[1]), i)
-
-    return sorted(range(len(work)), key=size)
-
-
-def scope_work(cfg: Config) -> list[tuple[Shape, Config]]:
-    """What `explore(cfg)` explores, in report order: every shape of 1..cfg.max_steps (or cfg.shapes)
-    with cfg.workflows Runs, then each of cfg.workflow_scopes."""
-    shapes = list(cfg.shapes) if cfg.shapes is not None else [s for n in range(1, cfg.max_steps + 1)
-                                                               for s in dag_shapes(n)]
-    work = [(s, cfg) for s in shapes]
-    for name in cfg.workflow_scopes:
-        scope = parse_scope(name)
-        alphabet = default_alphabet if scope.alphabet is None else ALPHABETS[scope.alphabet]
-        work.append((scope.shape, replace(cfg, workflows=scope.workflows, alphabet=alphabet, shapes=None,
-                                          workflow_scopes=())))
-    return work
-
-
 def _report_name(shape: Shape, cfg: Config) -> str:
     """The scope's name: the shape's for one Run; for several, with the alphabet when one is named."""
     return scope_name(shape, cfg.workflows, alphabet_name(cfg.alphabet) if cfg.workflows > 1 else None)
-
-
-def explore(cfg: Config, progress: Callable[[ShapeReport], None] | None = None,
-            observer: Observer | None = None, jobs: int = 1, checker: Checker | None = None) -> ExploreReport:
-    """Explore every shape of 1..cfg.max_steps steps (or cfg.shapes), then cfg.workflow_scopes, in
-    `jobs` forked processes.
-
-    The report lists the shapes in their order whatever the number of jobs; under stop_on_violation
-    it ends with the first shape (in that order) that has a finding, as a single process would."""
-    start = time.perf_counter()
-    todo = scope_work(cfg)
-    done: dict[int, ShapeReport] = {}
-
-    def first_failing() -> int | None:
-        return min((i for i, r in done.items() if r.findings), default=None) if cfg.stop_on_violation else None
-
-    def settled() -> bool:  # every shape before the first failing one is in: nothing later can matter
-        stop = first_failing()
-        return stop is not None and all(i in done for i in range(stop))
-
-    if jobs > 1 and len(todo) > 1:
-        work = [(i, todo[i][0], todo[i][1], observer, checker) for i in dispatch_order(todo)]
-        with ForkPool(_explore_one, min(jobs, len(work))) as pool:  # leaving it kills what still runs
-            for _, (i, r) in pool.unordered(work):
-                done[i] = r
-                if progress is not None:
-                    progress(r)
-                if settled():
-                    break
-    else:
-        for i, (shape, shape_cfg) in enumerate(todo):
-            done[i] = _explore_one((i, shape, shape_cfg, observer, checker))[1]
-            if progress is not None:
-                progress(done[i])
-            if settled():
-                break
-    stop = first_failing()
-    last = len(todo) - 1 if stop is None else stop
-    shapes = [done[i] for i in range(last + 1) if i in done]
-    return ExploreReport(cfg.max_steps, shapes, time.perf_counter() - start)

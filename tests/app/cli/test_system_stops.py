@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from qlwf.conformance.checkers import explore
-from qlwf.conformance.checkers.explore import search
+from qlwf.conformance.checkers.explore import driver
 from qlwf.conformance.processes.fork_pool import WorkerDied
 
 from qlwf.cli import entry as cli
@@ -24,13 +24,13 @@ def _killed_on_the_two_step_chain(job: tuple[Any, ...]) -> Any:
     return _explore_one(job)
 
 
-_explore_one = search._explore_one
+_explore_one = driver._explore_one
 
 
 def test_an_explorer_worker_killed_by_the_system_is_no_verdict_and_no_bug(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Before: a traceback and "internal error (a bug in qlwf)", exit 70."""
-    monkeypatch.setattr(search, "_explore_one", _killed_on_the_two_step_chain)
+    monkeypatch.setattr(driver, "_explore_one", _killed_on_the_two_step_chain)
     assert main(["explore", "--max-steps", "2", "--jobs", "2"]) == EXIT_OS
     err = capsys.readouterr().err
     assert "Traceback" not in err and "bug" not in err
@@ -43,7 +43,7 @@ def test_running_out_of_memory_is_no_verdict_and_no_bug(monkeypatch: pytest.Monk
     def no_memory(*args: object, **kwargs: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(search, "_explore_one", no_memory)
+    monkeypatch.setattr(driver, "_explore_one", no_memory)
     assert main(["explore", "--max-steps", "1", "--jobs", "1"]) == EXIT_OS
     err = capsys.readouterr().err
     assert "Traceback" not in err

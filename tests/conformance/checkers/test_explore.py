@@ -9,6 +9,7 @@ import io
 import itertools
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -368,3 +369,49 @@ def test_cli_refuses_a_name_of_no_shape_as_bad_usage(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as bad:
         parser.parse_args(["explore", "--shape", "2:a>b,b>a"])
     assert bad.value.code == 2 and "argument --shape: '2:a>b,b>a' has a cycle" in capsys.readouterr().err
+
+
+def test_cli_pinned_compares_every_count_with_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = explore_parser()
+    out = io.StringIO()
+    args = parser.parse_args(["explore", "--shape", "2:a>b", "--shape", "1:-", "--pinned", "--jobs", "1"])
+    assert args.func(args, out) == 0
+    assert "every count as pinned (2 shape(s) or scope(s))" in out.getvalue()
+    out = io.StringIO()
+    args = parser.parse_args(["explore", "--shape", "2:a>b", "--pinned", "--depth", "4", "--jobs", "1"])
+    assert args.func(args, out) == 1  # a bounded search is not the pinned one: a change detector that can fail
+    assert "CHANGED FROM PINNED 2:a>b: {'distinct_states'" in out.getvalue()
+    args = parser.parse_args(["explore", "--shape", "1:-", "--workflows", "2", "--full", "--pinned"])
+    assert args.func(args, io.StringIO()) == 2  # nothing is pinned for two Runs with the full alphabet
+    assert "pins no counts for 2x1:- with the full alphabet" in capsys.readouterr().err
+
+
+def test_the_manifest_pins_the_full_alphabet_of_every_shape_up_to_k_3() -> None:
+    full = load_manifest()["full"]
+    assert set(full) == {E.shape_name(s) for n in (1, 2, 3) for s in E.dag_shapes(n)}
+    one = E.explore(E.Config(max_steps=1, alphabet=E.full_alphabet))
+    assert E.manifest_counts(one)["shapes"]["1:-"] == full["1:-"]
+
+
+def test_cli_pin_writes_the_full_section_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from qlwf.gate import artifacts
+
+    manifest = tmp_path / artifacts.EXPLORER_MANIFEST
+    manifest.parent.mkdir(parents=True)
+    before = load_manifest()
+    manifest.write_text(json.dumps({k: v for k, v in before.items() if k != "full"}), encoding="utf-8")
+    monkeypatch.setattr(artifacts, "source_root", lambda: tmp_path)
+    parser = explore_parser()
+    args = parser.parse_args(["explore", "--shape", "2:a>b", "--full", "--pin", "--jobs", "1", "--json"])
+    out = io.StringIO()
+    assert args.func(args, out) == 0
+    after = json.loads(manifest.read_text(encoding="utf-8"))
+    row = json.loads(out.getvalue())["per_shape"][0]
+    assert list(after["full"]) == ["2:a>b"] and after["full"]["2:a>b"]["distinct_states"] == row["distinct_states"]
+    assert after["full"]["2:a>b"] == before["full"]["2:a>b"]  # as the nightly-sized run pinned it
+    assert {k: v for k, v in after.items() if k != "full"} == {k: v for k, v in before.items() if k != "full"}
+    for refused in (["--shape", "1:-", "--pin"], ["--shape", "1:-", "--full", "--pin", "--depth", "3"]):
+        args = parser.parse_args(["explore", *refused])
+        assert args.func(args, io.StringIO()) == 2
+    assert "--pin writes the full alphabet's one-Run counts" in capsys.readouterr().err

@@ -50,7 +50,7 @@ def recorded(cfg: E.Config, monkeypatch: pytest.MonkeyPatch,
               for shape in cfg.shapes or ()}
 
     def recording(state: State, c: E.Config, report: E.ShapeReport,
-                  liveness: E.LivenessMemo) -> list[tuple[str, str, list[E.TraceStep]]]:
+                  liveness: E.LivenessMemo[E.Key]) -> list[tuple[str, str, list[E.TraceStep]]]:
         found = check(state, c, report, liveness)
         key = (report.shape, orbits[E.parse_scope(report.shape).shape].canonical(liveness.identity(state)))
         if key in seen.quiescent:  # the unreduced search visits every member of an orbit: all alike
