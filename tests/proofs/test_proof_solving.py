@@ -67,7 +67,11 @@ def test_an_interrupt_kills_and_reaps_every_worker(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+        # to the main thread itself: a signal sent to the process may land on this thread, and the main
+        # thread, blocked in its wait for a result, would then run the handler only when a task ends
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGINT)
 
     interrupter = threading.Thread(target=interrupt_once_both_run)
     interrupter.start()
