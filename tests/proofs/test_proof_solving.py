@@ -73,6 +73,10 @@ def test_an_interrupt_kills_and_reaps_every_worker(tmp_path: Path) -> None:
         assert main is not None
         signal.pthread_kill(main, signal.SIGINT)
 
+    # An interrupt as a terminal gives one, whatever an earlier test in this worker process left behind
+    # (a SIGINT handler or a blocked SIGINT would keep the map from being interrupted at all).
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     interrupter = threading.Thread(target=interrupt_once_both_run)
     interrupter.start()
     try:
@@ -80,6 +84,8 @@ def test_an_interrupt_kills_and_reaps_every_worker(tmp_path: Path) -> None:
             parallel.ordered_map(_record_pid_and_hang, [(k, str(tmp_path)) for k in range(4)], jobs=2)
     finally:
         interrupter.join()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
     pids = [int(p.name) for p in tmp_path.iterdir()]
     assert len(pids) == 2  # two started, two never did
     for pid in pids:
